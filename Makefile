@@ -1,0 +1,40 @@
+# PRISM: `make run` and `make test` each set everything up on a fresh machine.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+DEMO   := build/demo
+DB     ?= $(DEMO)/prism.duckdb
+
+.PHONY: install run test lint typecheck bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/prism generate --output $(DEMO) --days 28 --clusters 2 --seed 0
+	$(BIN)/prism --db $(DB) ingest $(DEMO)/jobs.csv --format jobs-csv
+	$(BIN)/prism --db $(DB) ingest $(DEMO)/capacity.csv --format capacity-csv
+	$(BIN)/prism --db $(DB) series list
+	$(BIN)/prism --db $(DB) series show cluster-0/all/gpus_in_use --tail 12
+	$(BIN)/prism --db $(DB) series export --output $(DEMO)/panel.parquet
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+test: lint typecheck
+	$(BIN)/pytest
+
+bench: $(STAMP)
+	$(BIN)/python -m evaluation.benchmarks.ingest
+
+clean:
+	rm -rf $(VENV) build .pytest_cache .mypy_cache .ruff_cache

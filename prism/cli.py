@@ -1,0 +1,280 @@
+"""The ``prism`` command line: parses arguments, calls one :mod:`prism.services` function, prints.
+
+Exit codes: 0 success, 1 bad input or data (the message says what and how to fix it), 2 bad
+usage (argparse).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+import pandas as pd
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from prism import __version__, services
+from prism.config import get_settings
+from prism.errors import ConfigError, PrismError
+from prism.ingest.base import IngestOptions
+from prism.schema import FILL_POLICIES
+
+# Wide tables when the output is a file or a pipe (rich would assume 80 columns).
+_out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
+_err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def _pairs(values: Sequence[str] | None, flag: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in values or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"{flag} {item!r} is not KEY=VALUE, e.g. {flag} job_id=JobID")
+        out[key.strip()] = value.strip()
+    return out
+
+
+@contextmanager
+def _progress(enabled: bool) -> Iterator[Callable[[str, int, int], None] | None]:
+    if not enabled:
+        yield None
+        return
+    with Progress(
+        TextColumn("{task.description:<8}"), BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(), console=_err, transient=False,
+    ) as bar:
+        tasks: dict[str, TaskID] = {}
+
+        def update(stage: str, done: int, total: int) -> None:
+            if stage not in tasks:
+                tasks[stage] = bar.add_task(stage, total=total)
+            bar.update(tasks[stage], completed=done, total=total)
+
+        yield update
+
+
+def _table(frame: pd.DataFrame, title: str | None = None) -> Table:
+    table = Table(title=title, show_lines=False)
+    for col in frame.columns:
+        table.add_column(str(col), justify="right" if pd.api.types.is_numeric_dtype(
+            frame[col]) else "left")
+    for row in frame.itertuples(index=False):
+        table.add_row(*("" if pd.isna(v) else (f"{v:g}" if isinstance(v, float) else str(v))
+                        for v in row))
+    return table
+
+
+# -- commands --------------------------------------------------------------------------------
+def _cmd_ingest(args: argparse.Namespace) -> int:
+    options = IngestOptions(
+        cluster=args.cluster, scope=args.scope, tz=args.tz, origin=args.origin,
+        time_col=args.time_col, mapping=_pairs(args.map, "--map"),
+        on_error=args.on_error, extra=_pairs(args.option, "--option"),
+    )
+    with _progress(not args.quiet) as progress:
+        report = services.ingest_files(
+            args.db, args.paths, args.format, options, freq=args.freq, fill=args.fill,
+            progress=progress,
+        )
+    for f in report.files:
+        note = "unchanged (already ingested)" if f.status == "unchanged" else (
+            f"{f.rows:,} rows" + (f", {f.rejected:,} rejected" if f.rejected else ""))
+        _out.print(f"{f.path}: {note}")
+        for r in f.rejects[:5]:
+            _out.print(f"  rejected line {r.line} column {r.column}: {r.reason} ({r.raw!r})")
+        if f.rejected > 5:
+            _out.print(f"  ... {f.rejected - 5:,} more in the `rejects` table")
+    _out.print(
+        f"{report.rows:,} rows added, {report.rejected:,} rejected; "
+        f"{report.series} series in {', '.join(report.clusters) or 'no changed cluster'} "
+        f"(store {args.db})"
+    )
+    return 0
+
+
+def _cmd_series_list(args: argparse.Namespace) -> int:
+    frame = services.list_series(args.db, cluster=args.cluster, scope=args.scope,
+                                 metric=args.metric)
+    if args.json:
+        _out.print_json(frame.to_json(orient="records", date_format="iso"))
+        return 0
+    if frame.empty:
+        _out.print("no series (ingest something first: prism ingest PATH --format FORMAT)")
+        return 0
+    cols = ["series_id", "freq", "first_ts", "last_ts", "n_points", "n_filled", "unit", "source"]
+    _out.print(_table(frame[cols], title=f"{len(frame)} series"))
+    return 0
+
+
+def _cmd_series_show(args: argparse.Namespace) -> int:
+    frame = services.series_values(args.db, args.series_id, start=args.start, end=args.end,
+                                   tail=args.tail)
+    if args.json:
+        _out.print_json(frame.to_json(orient="records", date_format="iso"))
+    else:
+        _out.print(_table(frame, title=args.series_id))
+    return 0
+
+
+def _cmd_series_export(args: argparse.Namespace) -> int:
+    result = services.export_panel(args.db, args.output, series_ids=args.series)
+    _out.print(f"wrote {result.rows:,} rows of {result.series} series to {result.path}")
+    return 0
+
+
+def _cmd_generate(args: argparse.Namespace) -> int:
+    with _progress(not args.quiet) as progress:
+        result = services.generate_trace(
+            args.output, days=args.days, clusters=args.clusters, seed=args.seed,
+            jobs_per_day=args.jobs_per_day, fmt=args.file_format,
+            progress=(lambda done, total: progress("generate", done, total)) if progress
+            else None,
+        )
+    _out.print(f"wrote {result.n_jobs:,} jobs of {len(result.clusters)} cluster(s) to "
+               f"{result.jobs_path} and capacities to {result.capacity_path}")
+    _out.print(f"next: prism ingest {result.jobs_path} --format jobs-csv")
+    return 0
+
+
+def _cmd_formats(args: argparse.Namespace) -> int:
+    frame = pd.DataFrame(services.list_formats(), columns=["format", "kind", "description"])
+    _out.print(_table(frame, title="ingest formats"))
+    return 0
+
+
+def _cmd_datasets_list(args: argparse.Namespace) -> int:
+    frame = services.list_datasets()
+    if args.json:
+        _out.print_json(frame.to_json(orient="records"))
+    else:
+        _out.print(_table(frame, title="public GPU traces"))
+    return 0
+
+
+def _cmd_datasets_download(args: argparse.Namespace) -> int:
+    with _progress(not args.quiet) as progress:
+        result = services.download_dataset(
+            args.name, cache_dir=args.cache_dir, base_url=args.base_url,
+            verify=not args.no_verify,
+            progress=(lambda done, total: progress("download", done, total or done))
+            if progress else None,
+        )
+    state = "already in the cache" if result.cached else "downloaded"
+    _out.print(f"{state}: {result.path} (sha256 {result.sha256})")
+    if result.ingest_command:
+        _out.print(f"next: {result.ingest_command}")
+    else:
+        _out.print("no PRISM format reads this file yet (download only)")
+    return 0
+
+
+# -- parser ----------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``prism``."""
+    parser = argparse.ArgumentParser(
+        prog="prism", description="PRISM: GPU-cluster workload forecasting.")
+    parser.add_argument("--version", action="version", version=f"prism {__version__}")
+    parser.add_argument("--db", default=None,
+                        help="DuckDB store (default: $PRISM_DB or ./prism.duckdb)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log each stage")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("ingest", help="ingest trace files into the store")
+    p.add_argument("paths", nargs="+", help="files to ingest (all in one transaction)")
+    p.add_argument("--format", required=True, help="input format (see `prism formats`)")
+    p.add_argument("--cluster", help="cluster name (each format has a default)")
+    p.add_argument("--scope", help="VC/tenant of a single-scope file (helios-vc, wide-csv)")
+    p.add_argument("--tz", help="time zone of naive local times in the file, e.g. Asia/Shanghai")
+    p.add_argument("--origin", help="time origin of traces in seconds (alibaba-pods)")
+    p.add_argument("--time-col", help="time column (wide-csv; default 'time')")
+    p.add_argument("--map", action="append", metavar="FIELD=COLUMN",
+                   help="map a canonical field onto a file column (repeatable)")
+    p.add_argument("--option", action="append", metavar="KEY=VALUE",
+                   help="format-specific option (repeatable)")
+    p.add_argument("--freq", help="bucket size of the derived series, e.g. 10min, 1h "
+                   "(default 10min, kept per cluster)")
+    p.add_argument("--fill", choices=FILL_POLICIES, help="gap policy of sampled series")
+    p.add_argument("--on-error", choices=("fail", "skip"), default="fail",
+                   help="fail at the first bad row (default) or store bad rows in `rejects`")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_ingest)
+
+    p = sub.add_parser("formats", help="list the ingestion formats")
+    p.set_defaults(func=_cmd_formats)
+
+    series = sub.add_parser("series", help="list, show and export derived series")
+    ssub = series.add_subparsers(dest="series_command", required=True)
+    p = ssub.add_parser("list", help="the series catalogue")
+    p.add_argument("--cluster")
+    p.add_argument("--scope")
+    p.add_argument("--metric")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_series_list)
+    p = ssub.add_parser("show", help="values of one series")
+    p.add_argument("series_id")
+    p.add_argument("--start")
+    p.add_argument("--end")
+    p.add_argument("--tail", type=int, help="only the last N values")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_series_show)
+    p = ssub.add_parser("export", help="write the panel (series_id, ts, value)")
+    p.add_argument("--output", required=True, help="FILE.csv or FILE.parquet")
+    p.add_argument("--series", action="append", help="a series id (repeatable; default all)")
+    p.set_defaults(func=_cmd_series_export)
+
+    p = sub.add_parser("generate", help="write a realistic synthetic job trace")
+    p.add_argument("--output", required=True, type=Path, help="folder for jobs.csv, capacity.csv")
+    p.add_argument("--days", type=int, default=28)
+    p.add_argument("--clusters", type=int, default=2)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--jobs-per-day", type=float, default=None,
+                   help="arrivals per cluster per day (default: realistic rates)")
+    p.add_argument("--file-format", choices=("csv", "parquet"), default="csv")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_generate)
+
+    datasets = sub.add_parser("datasets", help="the catalogue of public GPU traces")
+    dsub = datasets.add_subparsers(dest="datasets_command", required=True)
+    p = dsub.add_parser("list", help="list the public traces")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_datasets_list)
+    p = dsub.add_parser("download", help="fetch a trace into the local cache")
+    p.add_argument("name")
+    p.add_argument("--cache-dir", type=Path, help="default: $PRISM_CACHE_DIR or ~/.cache/prism")
+    p.add_argument("--base-url", help="a mirror to fetch from (default: $PRISM_CATALOGUE_URL "
+                   "or the origin)")
+    p.add_argument("--no-verify", action="store_true",
+                   help="accept a file whose checksum the catalogue does not know")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_datasets_download)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``prism`` with ``argv`` (default ``sys.argv[1:]``); returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr,
+    )
+    try:
+        if args.db is None:
+            args.db = get_settings().db
+        return int(args.func(args))
+    except PrismError as exc:
+        _err.print(f"error: {exc}", markup=False)
+        return 1
+    except KeyboardInterrupt:
+        _err.print("interrupted; nothing was written by the unfinished step", markup=False)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,512 @@
+"""What every ingestion adapter shares: options, the batch it returns, readers and row checks.
+
+An adapter turns one source file into a :class:`Batch` of canonical rows (``jobs``, ``samples``
+or ``capacity``) without touching the store; :mod:`prism.ingest.pipeline` writes batches in one
+transaction. Adapters never import DuckDB.
+
+Row numbers: every frame carries a ``_line`` column, the 1-based line of the row in its file
+(the CSV header is line 1, so the first data row is line 2), so that errors can name it.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import zlib
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+
+from prism.errors import IngestError
+from prism.schema import JOB_COLUMNS
+
+Kind = Literal["jobs", "samples", "capacity"]
+LINE = "_line"
+
+#: Columns of a ``samples`` batch (plus ``_line``).
+SAMPLE_COLUMNS = ("cluster", "series_id", "ts", "value")
+#: Columns of a ``capacity`` batch (plus ``_line``).
+CAPACITY_COLUMNS = ("cluster", "scope", "gpu_type", "valid_from", "gpus")
+
+
+@dataclass(frozen=True)
+class IngestOptions:
+    """Options shared by all formats; an adapter reads the ones that apply to it.
+
+    Attributes:
+        cluster: cluster name (each adapter has a documented default).
+        scope: VC / tenant, where a file holds a single one (``helios-vc``).
+        tz: time zone of naive local timestamps in the file; stored times are UTC.
+        origin: time origin of traces that count seconds from an epoch (``alibaba-pods``).
+        time_col: the time column of ``wide-csv`` files.
+        mapping: canonical column -> column in the file (``jobs-csv``, ``long-csv``).
+        on_error: ``fail`` (default) stops at the first bad row; ``skip`` keeps the good rows
+            and stores the bad ones in ``rejects``.
+        extra: adapter-specific settings (``key=value`` pairs from ``--option``).
+    """
+
+    cluster: str | None = None
+    scope: str | None = None
+    tz: str | None = None
+    origin: str | None = None
+    time_col: str | None = None
+    mapping: dict[str, str] = field(default_factory=dict)
+    on_error: Literal["fail", "skip"] = "fail"
+    extra: dict[str, str] = field(default_factory=dict)
+
+    def content_key(self) -> str:
+        """The options that change what a file ingests to (part of the content hash)."""
+        parts = [
+            f"cluster={self.cluster}",
+            f"scope={self.scope}",
+            f"tz={self.tz}",
+            f"origin={self.origin}",
+            f"time_col={self.time_col}",
+            "mapping=" + ",".join(f"{k}:{v}" for k, v in sorted(self.mapping.items())),
+            "extra=" + ",".join(f"{k}:{v}" for k, v in sorted(self.extra.items())),
+        ]
+        return ";".join(parts)
+
+
+@dataclass(frozen=True)
+class Reject:
+    """A row that was not ingested, and why."""
+
+    line: int | None
+    column: str | None
+    reason: str
+    raw: str = ""
+
+
+@dataclass
+class Batch:
+    """Canonical rows read from one file.
+
+    Attributes:
+        kind: which table the rows go to.
+        frame: the rows: ``JOB_COLUMNS``, ``SAMPLE_COLUMNS`` or ``CAPACITY_COLUMNS``, plus
+            ``_line``; times are UTC-naive ``datetime64``.
+        rejects: rows left out under ``--on-error skip``.
+        obs_start: start of the time the file observes (job traces: first submit unless the
+            format documents a window); ``None`` to take it from the rows.
+        obs_end: end of the observation window, likewise.
+        source: the source name stored with jobs and series (usually the format).
+    """
+
+    kind: Kind
+    frame: pd.DataFrame | pa.Table
+    source: str
+    rejects: list[Reject] = field(default_factory=list)
+    obs_start: pd.Timestamp | None = None
+    obs_end: pd.Timestamp | None = None
+
+    def rows(self) -> pd.DataFrame:
+        """The rows as a pandas frame (Arrow batches are converted)."""
+        if isinstance(self.frame, pa.Table):
+            out = self.frame.to_pandas()
+            for col in out.columns:
+                if isinstance(out[col].dtype, pd.CategoricalDtype):
+                    out[col] = out[col].astype(object)
+                elif pd.api.types.is_datetime64_any_dtype(out[col]):
+                    out[col] = out[col].astype("datetime64[ns]")
+            return out
+        return self.frame
+
+    @property
+    def clusters(self) -> list[str]:
+        """The clusters this batch has rows for."""
+        if isinstance(self.frame, pa.Table):
+            return sorted(str(c) for c in pc.unique(self.frame["cluster"]).to_pylist()
+                          if c is not None)
+        if self.frame.empty:
+            return []
+        return sorted(str(c) for c in self.frame["cluster"].unique())
+
+
+class Adapter:
+    """Base class of ingestion adapters: one subclass per source format.
+
+    Subclasses set ``name``, ``kind``, ``description`` and implement :meth:`read`.
+    """
+
+    name: str = ""
+    kind: Kind = "jobs"
+    description: str = ""
+
+    def identity(self, path: Path, options: IngestOptions) -> str:
+        """What, besides the bytes and the options, decides the result (e.g. a VC taken from
+        the file name); part of the content hash."""
+        return ""
+
+    def read(self, path: Path, options: IngestOptions) -> Batch:
+        """Read ``path`` into a batch of canonical rows.
+
+        Raises:
+            IngestError: naming file, line and column, and how to fix it.
+        """
+        raise NotImplementedError
+
+
+# -- registry ------------------------------------------------------------------------------
+_REGISTRY: dict[str, Adapter] = {}
+
+
+def register(cls: type[Adapter]) -> type[Adapter]:
+    """Class decorator: register an adapter under its ``name``."""
+    _REGISTRY[cls.name] = cls()
+    return cls
+
+
+def registry() -> dict[str, Adapter]:
+    """All registered adapters by format name."""
+    return dict(_REGISTRY)
+
+
+# -- reading files -------------------------------------------------------------------------
+def _is_gzip(path: Path) -> bool:
+    return path.suffix == ".gz"
+
+
+def _is_parquet(path: Path) -> bool:
+    return path.suffix in (".parquet", ".pq")
+
+
+def read_bytes(path: Path) -> bytes:
+    """Return the (decompressed) content of ``path``.
+
+    Raises:
+        IngestError: when the file is missing, empty, or a truncated/corrupt gzip.
+    """
+    if not path.exists():
+        raise IngestError("file not found", path=str(path), fix="check the path")
+    raw = path.read_bytes()
+    if _is_gzip(path):
+        try:
+            raw = gzip.decompress(raw)
+        except (EOFError, OSError, zlib.error) as exc:
+            raise IngestError(
+                f"gzip file is truncated or corrupt ({exc})",
+                path=str(path),
+                fix="download or copy the file again; `gzip -t FILE` checks it",
+            ) from exc
+    if not raw.strip():
+        raise IngestError("file is empty", path=str(path), fix="pass a file with a header and rows")
+    try:  # the header here; pyarrow checks the rows' UTF-8 as it parses them
+        raw[: raw.find(b"\n") if b"\n" in raw else len(raw)].decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = 1
+        raise IngestError(
+            f"not UTF-8 text (byte {raw[exc.start]:#04x} at offset {exc.start})",
+            path=str(path), line=line,
+            fix="convert the file to UTF-8, e.g. iconv -f latin1 -t utf-8",
+        ) from exc
+    return raw
+
+
+def read_arrow(path: Path, column_types: dict[str, pa.DataType]) -> pa.Table | None:
+    """The typed fast read: a CSV (plain or ``.gz``) or Parquet file as an Arrow table with
+    ``_line``, or ``None`` when some value does not parse (the caller then takes the slow path
+    that names the bad row).
+
+    Raises:
+        IngestError: empty or truncated file.
+    """
+    if _is_parquet(path):
+        if not path.exists():
+            raise IngestError("file not found", path=str(path), fix="check the path")
+        try:
+            table = pq.read_table(path)
+            for name, kind in column_types.items():
+                if name in table.column_names and table.schema.field(name).type != kind:
+                    i = table.column_names.index(name)
+                    table = table.set_column(i, name, pc.cast(table[name], kind))
+        except (pa.ArrowException, OSError, ValueError):
+            return None
+        lines = pa.array(np.arange(1, table.num_rows + 1, dtype=np.int64))
+        return table.append_column(LINE, lines)
+    data = read_bytes(path)
+    header = data.split(b"\n", 1)[0].decode("utf-8").strip().split(",")
+    types = {c: t for c, t in column_types.items() if c in header}
+    convert = pacsv.ConvertOptions(column_types=types, strings_can_be_null=True,
+                                   timestamp_parsers=[pacsv.ISO8601])
+    try:
+        table = pacsv.read_csv(io.BytesIO(data), convert_options=convert)
+    except pa.ArrowException:
+        return None
+    del data
+    lines = pa.array(np.arange(2, table.num_rows + 2, dtype=np.int64))
+    return table.append_column(LINE, lines)
+
+
+def read_table(
+    path: Path,
+    *,
+    required: Sequence[str] = (),
+    column_types: dict[str, pa.DataType] | None = None,
+    delimiter: str = ",",
+) -> pd.DataFrame:
+    """Read a CSV (plain or ``.gz``) or Parquet file into a pandas frame with ``_line``.
+
+    With ``column_types`` the typed (fast) read is tried first; when a value does not parse,
+    the file is read again as strings so that the caller's checks can name the bad row.
+
+    Raises:
+        IngestError: empty or truncated file, unreadable CSV, or a required column missing.
+    """
+    if _is_parquet(path):
+        if not path.exists():
+            raise IngestError("file not found", path=str(path), fix="check the path")
+        try:
+            frame = pq.read_table(path).to_pandas()
+        except (pa.ArrowException, OSError, ValueError, UnicodeDecodeError) as exc:
+            raise IngestError(
+                f"not a readable Parquet file ({exc})", path=str(path),
+                fix="write the file again with pandas.to_parquet or pyarrow",
+            ) from exc
+        if frame.empty and not len(frame.columns):
+            raise IngestError("file is empty", path=str(path), fix="pass a file with rows")
+        frame[LINE] = np.arange(1, len(frame) + 1)  # Parquet rows are numbered from 1
+    else:
+        data = read_bytes(path)
+        frame = _read_csv_bytes(path, data, column_types, delimiter)
+        frame[LINE] = np.arange(2, len(frame) + 2)
+    missing = [c for c in required if c not in frame.columns]
+    if missing:
+        raise IngestError(
+            f"missing column(s) {missing}; the file has {list(frame.columns[:-1])}",
+            path=str(path),
+            line=None if _is_parquet(path) else 1,
+            fix="rename the columns or map them with --map CANONICAL=COLUMN",
+        )
+    return frame
+
+
+def _read_csv_bytes(
+    path: Path, data: bytes, column_types: dict[str, pa.DataType] | None, delimiter: str
+) -> pd.DataFrame:
+    parse = pacsv.ParseOptions(delimiter=delimiter)
+    if column_types:
+        header = data.split(b"\n", 1)[0].decode("utf-8", "replace").strip().split(delimiter)
+        types = {c: t for c, t in column_types.items() if c in header}
+        convert = pacsv.ConvertOptions(
+            column_types=types, strings_can_be_null=True,
+            timestamp_parsers=[pacsv.ISO8601],
+        )
+        try:
+            table = pacsv.read_csv(io.BytesIO(data), parse_options=parse, convert_options=convert)
+            return table.to_pandas()
+        except pa.ArrowInvalid:
+            pass  # fall back to strings so that the checks can name the bad row
+    convert = pacsv.ConvertOptions(
+        column_types={}, strings_can_be_null=True, auto_dict_encode=False
+    )
+    try:
+        header = data.split(b"\n", 1)[0].decode("utf-8", "replace").strip().split(delimiter)
+        convert = pacsv.ConvertOptions(
+            column_types={c: pa.string() for c in header}, strings_can_be_null=True
+        )
+        table = pacsv.read_csv(io.BytesIO(data), parse_options=parse, convert_options=convert)
+    except (pa.ArrowException, ValueError) as exc:
+        line = _line_of_arrow_error(str(exc))
+        raise IngestError(
+            f"malformed CSV ({exc})".replace("\n", " "),
+            path=str(path), line=line,
+            fix="every row needs as many fields as the header; quote fields holding the "
+            "delimiter",
+        ) from exc
+    return table.to_pandas()
+
+
+def _line_of_arrow_error(message: str) -> int | None:
+    # pyarrow reports "Row #N" counting from 1 for the header line.
+    import re
+
+    match = re.search(r"[Rr]ow #(\d+)", message)
+    return int(match.group(1)) if match else None
+
+
+# -- row checks ----------------------------------------------------------------------------
+class RowChecker:
+    """Collects bad rows (vectorised) and either fails at the first or rejects them all.
+
+    Use :meth:`check` for each rule, then :meth:`finish` to get the good rows.
+    """
+
+    def __init__(self, path: Path, frame: pd.DataFrame, on_error: str) -> None:
+        self.path = path
+        self.frame = frame
+        self.on_error = on_error
+        self._bad = np.zeros(len(frame), dtype=bool)
+        self._first: IngestError | None = None
+        self._first_line = np.iinfo(np.int64).max
+        self.rejects: list[Reject] = []
+
+    def check(self, bad: np.ndarray | pd.Series, column: str | None, reason: str, fix: str) -> None:
+        """Mark rows where ``bad`` is true as failing ``reason`` (about ``column``)."""
+        mask = np.asarray(bad, dtype=bool) & ~self._bad
+        if not mask.any():
+            return
+        lines = self.frame[LINE].to_numpy()[mask]
+        first = int(lines.min())
+        if first < self._first_line:
+            self._first_line = first
+            value = ""
+            if column is not None and column in self.frame.columns:
+                value = str(self.frame[column].to_numpy()[mask][int(np.argmin(lines))])
+            shown = f" (value {value!r})" if value else ""
+            self._first = IngestError(
+                f"{reason}{shown}; {int(mask.sum())} row(s) in all",
+                path=str(self.path), line=first, column=column,
+                fix=f"{fix}, or pass --on-error skip to store such rows in `rejects`",
+            )
+        raw = self.frame.loc[mask, column].astype(str).to_numpy() if (
+            column is not None and column in self.frame.columns
+        ) else np.full(int(mask.sum()), "")
+        self.rejects.extend(
+            Reject(int(line), column, reason, str(value))
+            for line, value in zip(lines, raw, strict=True)
+        )
+        self._bad |= mask
+
+    def finish(self) -> tuple[pd.DataFrame, list[Reject]]:
+        """The good rows, and the rejects (sorted by line).
+
+        Raises:
+            IngestError: for the first bad row when ``on_error`` is ``fail``.
+        """
+        if self._first is not None and self.on_error != "skip":
+            raise self._first
+        good = self.frame[~self._bad] if self._bad.any() else self.frame
+        return good.reset_index(drop=True), sorted(self.rejects, key=lambda r: r.line or 0)
+
+
+def parse_times(
+    values: pd.Series, *, tz: str | None = None, unit: str | None = None,
+    origin: pd.Timestamp | None = None,
+) -> tuple[pd.Series, np.ndarray]:
+    """Parse a column of times into UTC-naive ``datetime64[ns]``.
+
+    Args:
+        values: strings, datetimes or numbers.
+        tz: zone of naive times (converted to UTC); aware times are converted as they are.
+        unit: for numbers, ``s``/``ms``; numbers are seconds since ``origin`` (default epoch).
+        origin: origin of numeric times.
+
+    Returns:
+        The parsed times (NaT where empty) and a mask of values that were present but did
+        not parse.
+    """
+    present = values.notna().to_numpy()
+    if pd.api.types.is_datetime64_any_dtype(values):
+        out = pd.Series(values)
+        if getattr(out.dt, "tz", None) is not None:
+            out = out.dt.tz_convert("UTC").dt.tz_localize(None)
+        elif tz:
+            out = out.dt.tz_localize(tz, ambiguous="NaT", nonexistent="NaT").dt.tz_convert(
+                "UTC").dt.tz_localize(None)
+        out = out.astype("datetime64[ns]")
+        return out, present & out.isna().to_numpy()
+    if unit is not None or pd.api.types.is_numeric_dtype(values):
+        numbers = pd.to_numeric(values, errors="coerce")
+        base = origin if origin is not None else pd.Timestamp("1970-01-01")
+        scale = {"s": 1e9, "ms": 1e6, None: 1e9}[unit]
+        finite = np.isfinite(numbers.to_numpy(dtype="float64", na_value=np.nan))
+        ns = np.where(finite, numbers.to_numpy(dtype="float64", na_value=np.nan), 0) * scale
+        out = pd.Series(
+            pd.to_datetime(np.round(ns).astype(np.int64) + base.value, unit="ns"),
+            index=values.index,
+        ).where(finite)
+        return out.astype("datetime64[ns]"), present & ~finite
+    text = values.astype("string").str.strip()
+    text = text.where(text != "")
+    parsed = pd.to_datetime(text, errors="coerce", utc=False, format="ISO8601")
+    if getattr(parsed.dt, "tz", None) is not None:
+        parsed = parsed.dt.tz_convert("UTC").dt.tz_localize(None)
+    elif tz:
+        parsed = parsed.dt.tz_localize(tz, ambiguous="NaT", nonexistent="NaT").dt.tz_convert(
+            "UTC").dt.tz_localize(None)
+    parsed = parsed.astype("datetime64[ns]")
+    bad = text.notna().to_numpy() & parsed.isna().to_numpy()
+    return parsed, bad
+
+
+def parse_numbers(values: pd.Series) -> tuple[pd.Series, np.ndarray]:
+    """Parse a column of numbers to float64; returns the numbers and a mask of bad values."""
+    if pd.api.types.is_numeric_dtype(values) and not pd.api.types.is_bool_dtype(values):
+        out = values.astype("float64")
+        return out, ~np.isfinite(out.to_numpy()) & out.notna().to_numpy()
+    text = values.astype("string").str.strip()
+    text = text.where(text != "")
+    out = pd.to_numeric(text, errors="coerce").astype("float64")
+    bad = text.notna().to_numpy() & ~np.isfinite(out.to_numpy(na_value=np.nan))
+    return out, bad
+
+
+def job_frame(
+    columns: dict[str, pd.Series | np.ndarray | object], lines: np.ndarray
+) -> pd.DataFrame:
+    """Assemble a canonical jobs frame; missing columns become NULL."""
+    n = len(lines)
+    data: dict[str, object] = {}
+    for name in JOB_COLUMNS:
+        value = columns.get(name)
+        if value is None:
+            if name in ("num_gpus", "num_cpus"):
+                data[name] = np.full(n, np.nan)
+            elif name.endswith("_ts"):
+                data[name] = pd.Series(pd.NaT, index=range(n), dtype="datetime64[ns]")
+            else:
+                data[name] = pd.Series([None] * n, dtype="object")
+        elif isinstance(value, pd.Series):
+            data[name] = value.to_numpy()
+        else:
+            data[name] = value
+    data[LINE] = lines
+    frame = pd.DataFrame(data)
+    for name in ("source", "cluster", "scope", "job_id", "gpu_type", "status"):
+        frame[name] = frame[name].astype("object").where(frame[name].notna(), None)
+    return frame
+
+
+def check_jobs(checker: RowChecker, frame: pd.DataFrame) -> None:
+    """The checks every job-level source gets: ids, GPU counts and time order."""
+    checker.check(frame["job_id"].isna().to_numpy(), "job_id", "job id is empty",
+                  "give every job an id")
+    gpus = frame["num_gpus"].to_numpy(dtype="float64", na_value=np.nan)
+    checker.check(np.isnan(gpus), "num_gpus", "GPU count is empty",
+                  "write the number of GPUs (0 for CPU-only jobs)")
+    checker.check(gpus < 0, "num_gpus", "GPU count is negative", "GPU counts must be >= 0")
+    checker.check(frame["submit_ts"].isna().to_numpy(), "submit_ts", "submit time is empty",
+                  "every job needs a submit time")
+    checker.check(frame.duplicated(["cluster", "job_id"], keep="first").to_numpy(), "job_id",
+                  "job id appears more than once in this file",
+                  "give every job of a cluster a unique id")
+    start, end, submit = frame["start_ts"], frame["end_ts"], frame["submit_ts"]
+    checker.check((end < start).fillna(False).to_numpy(), "end_ts", "end time is before start time",
+                  "check the row's start and end times")
+    checker.check((start < submit).fillna(False).to_numpy(), "start_ts",
+                  "start time is before submit time", "check the row's submit and start times")
+    checker.check((end < submit).fillna(False).to_numpy() & start.isna().to_numpy(), "end_ts",
+                  "end time is before submit time", "check the row's submit and end times")
+
+
+def reject_unknown_columns(
+    path: Path, frame: pd.DataFrame, known: Iterable[str], fix: str
+) -> None:
+    """Fail on columns a strict format does not define (a typo would otherwise be dropped)."""
+    unknown = [c for c in frame.columns if c != LINE and c not in set(known)]
+    if unknown:
+        raise IngestError(
+            f"unknown column(s) {unknown}", path=str(path), line=1, column=unknown[0], fix=fix
+        )
+
+
+Parser = Callable[[pd.Series], tuple[pd.Series, np.ndarray]]

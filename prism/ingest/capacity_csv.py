@@ -1,0 +1,70 @@
+"""``capacity-csv``: GPUs per cluster and scope, for the capacity planner.
+
+Columns ``cluster, scope, gpus`` (what ``prism generate`` writes as ``capacity.csv``), optional
+``gpu_type`` and ``valid_from`` (capacity from that time on; empty = always). Scope ``all`` is the
+cluster total.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from prism.ingest.base import (
+    CAPACITY_COLUMNS,
+    LINE,
+    Adapter,
+    Batch,
+    IngestOptions,
+    RowChecker,
+    parse_numbers,
+    parse_times,
+    read_table,
+    register,
+    reject_unknown_columns,
+)
+
+
+@register
+class CapacityCsvAdapter(Adapter):
+    """GPU capacity per cluster and scope."""
+
+    name = "capacity-csv"
+    kind = "capacity"
+    description = "cluster, scope, gpus [, gpu_type, valid_from]: installed GPUs"
+
+    def read(self, path: Path, options: IngestOptions) -> Batch:
+        """Read a capacity table."""
+        required = ["scope", "gpus"] + ([] if options.cluster else ["cluster"])
+        frame = read_table(path, required=required)
+        reject_unknown_columns(path, frame, CAPACITY_COLUMNS,
+                               fix=f"a capacity file has columns {list(CAPACITY_COLUMNS)}")
+        checker = RowChecker(path, frame, options.on_error)
+        gpus, bad = parse_numbers(frame["gpus"])
+        checker.check(bad | np.isnan(gpus.to_numpy()), "gpus", "GPU count is missing or not a "
+                      "number", "write the number of GPUs")
+        checker.check((gpus < 0).to_numpy(), "gpus", "GPU count is negative",
+                      "GPU counts must be >= 0")
+        if "valid_from" in frame.columns:
+            valid_from, bad = parse_times(frame["valid_from"], tz=options.tz)
+            checker.check(bad, "valid_from", "time does not parse", "write ISO 8601 times")
+        else:
+            valid_from = pd.Series(pd.NaT, index=frame.index, dtype="datetime64[ns]")
+        out = pd.DataFrame({
+            "cluster": options.cluster if options.cluster else frame["cluster"].astype(object),
+            "scope": frame["scope"].astype(object),
+            "gpu_type": frame["gpu_type"].astype(object) if "gpu_type" in frame.columns
+            else None,
+            "valid_from": valid_from.astype("datetime64[ns]"),
+            "gpus": gpus,
+            LINE: frame[LINE],
+        })
+        checker.frame = out
+        checker.check(out["cluster"].isna().to_numpy(), "cluster", "cluster is empty",
+                      "fill the cluster column or pass --cluster")
+        checker.check(out["scope"].isna().to_numpy(), "scope", "scope is empty",
+                      "use 'all' for the cluster total")
+        good, rejects = checker.finish()
+        return Batch(kind="capacity", frame=good, source=self.name, rejects=rejects)

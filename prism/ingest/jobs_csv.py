@@ -1,0 +1,185 @@
+"""``jobs-csv``: a generic job trace, one row per job, onto the canonical ``jobs`` table.
+
+The file (CSV, ``.csv.gz`` or Parquet) has the canonical columns ``job_id, cluster, scope,
+gpu_type, num_gpus, num_cpus, submit_ts, start_ts, end_ts, status`` (what ``prism generate``
+writes), or others mapped onto them with ``--map job_id=JobId --map submit_ts=queued_at``.
+Required: ``job_id``, ``num_gpus``, ``submit_ts``; ``cluster`` unless ``--cluster`` names it.
+Times are ISO 8601 (a zone suffix is honoured, naive times are in ``--tz``, default UTC) or, with
+``--option time_unit=s`` (or ``ms``), numbers since the Unix epoch. An empty ``start_ts`` means
+the job never started (queued at trace end); an empty ``end_ts`` means still running.
+Columns the format does not know fail the ingest (a typo would otherwise be dropped silently);
+list columns to drop with ``--option ignore=col1,col2``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from prism.errors import IngestError
+from prism.ingest.base import (
+    LINE,
+    Adapter,
+    Batch,
+    IngestOptions,
+    RowChecker,
+    check_jobs,
+    job_frame,
+    parse_numbers,
+    parse_times,
+    read_arrow,
+    read_table,
+    register,
+    reject_unknown_columns,
+)
+from prism.schema import JOB_COLUMNS
+
+_FIELDS = tuple(c for c in JOB_COLUMNS if c != "source")
+_TYPES: dict[str, pa.DataType] = {
+    "job_id": pa.string(), "cluster": pa.string(), "scope": pa.string(),
+    "gpu_type": pa.string(), "status": pa.string(), "num_gpus": pa.float64(),
+    "num_cpus": pa.float64(), "submit_ts": pa.timestamp("s"), "start_ts": pa.timestamp("s"),
+    "end_ts": pa.timestamp("s"),
+}
+
+
+def mapped_columns(options: IngestOptions, fields: tuple[str, ...]) -> dict[str, str]:
+    """Canonical field -> file column, after ``--map``.
+
+    Raises:
+        IngestError: when ``--map`` names a field the format does not have.
+    """
+    unknown = [k for k in options.mapping if k not in fields]
+    if unknown:
+        raise IngestError(
+            f"--map names unknown field(s) {unknown}",
+            fix=f"map onto one of {list(fields)}, as --map FIELD=COLUMN",
+        )
+    return {f: options.mapping.get(f, f) for f in fields}
+
+
+def _constant(value: str, n: int) -> pa.Array:
+    return pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, dtype=np.int32)),
+                                          pa.array([value]))
+
+
+@register
+class JobsCsvAdapter(Adapter):
+    """Generic job trace with a column mapping."""
+
+    name = "jobs-csv"
+    kind = "jobs"
+    description = "one row per job: job_id, cluster, scope, gpu_type, num_gpus, times, status"
+
+    def read(self, path: Path, options: IngestOptions) -> Batch:
+        """Read a job CSV/Parquet file; see the module docstring for the columns."""
+        columns = mapped_columns(options, _FIELDS)
+        fast = self._read_fast(path, options, columns)
+        if fast is not None:
+            return fast
+        unit = options.extra.get("time_unit")
+        types = None if unit else {columns[f]: t for f, t in _TYPES.items()}
+        if options.tz and types:
+            types = {c: t for c, t in types.items() if not str(t).startswith("timestamp")}
+        required = [columns["job_id"], columns["num_gpus"], columns["submit_ts"]]
+        if options.cluster is None:
+            required.append(columns["cluster"])
+        frame = read_table(path, required=required, column_types=types)
+        ignore = [c.strip() for c in options.extra.get("ignore", "").split(",") if c.strip()]
+        reject_unknown_columns(
+            path, frame, [*columns.values(), *ignore],
+            fix="rename it to a canonical column, map it with --map FIELD=COLUMN, or drop it "
+            "with --option ignore=COLUMN",
+        )
+        checker = RowChecker(path, frame, options.on_error)
+        out: dict[str, pd.Series | object] = {"source": self.name}
+        for field in ("submit_ts", "start_ts", "end_ts"):
+            col = columns[field]
+            if col not in frame.columns:
+                continue
+            times, bad = parse_times(frame[col], tz=options.tz, unit=unit)
+            checker.check(bad, col, f"{field} is not a time",
+                          "write ISO 8601 times such as 2026-01-05T08:30:00 (or numbers with "
+                          "--option time_unit=s)")
+            out[field] = times
+        for field in ("num_gpus", "num_cpus"):
+            col = columns[field]
+            if col in frame.columns:
+                numbers, bad = parse_numbers(frame[col])
+                checker.check(bad, col, f"{field} is not a number", "write a plain number")
+                out[field] = numbers
+        for field in ("job_id", "cluster", "scope", "gpu_type", "status"):
+            col = columns[field]
+            if col in frame.columns:
+                text = frame[col].astype("string")
+                out[field] = text.where(text != "").astype("object")
+        if options.cluster is not None:
+            out["cluster"] = options.cluster
+        jobs = job_frame(out, frame[LINE].to_numpy())
+        jobs["source"] = self.name
+        checker.frame = jobs
+        checker.check(jobs["cluster"].isna().to_numpy(), "cluster", "cluster is empty",
+                      "fill the cluster column or pass --cluster NAME")
+        check_jobs(checker, jobs)
+        good, rejects = checker.finish()
+        return Batch(kind="jobs", frame=good, source=self.name, rejects=rejects)
+
+    def _read_fast(
+        self, path: Path, options: IngestOptions, columns: dict[str, str]
+    ) -> Batch | None:
+        """Arrow all the way (no pandas) for clean files: typed read, vectorised checks.
+
+        Returns ``None`` when the file needs the slow path: local times or numeric times, a
+        value that does not parse, or a row that fails a check (the slow path then names it).
+        """
+        if options.tz or options.extra.get("time_unit"):
+            return None
+        table = read_arrow(path, {columns[f]: t for f, t in _TYPES.items()})
+        if table is None:
+            return None
+        ignore = [c.strip() for c in options.extra.get("ignore", "").split(",") if c.strip()]
+        known = {*columns.values(), *ignore, LINE}
+        unknown = [c for c in table.column_names if c not in known]
+        if unknown or any(columns[f] not in table.column_names
+                          for f in ("job_id", "num_gpus", "submit_ts")):
+            return None  # the slow path reports the column problem
+        n = table.num_rows
+        arrays: dict[str, pa.Array | pa.ChunkedArray] = {"source": _constant(self.name, n)}
+        for field in _FIELDS:
+            col = columns[field]
+            if field == "cluster" and options.cluster is not None:
+                arrays[field] = _constant(options.cluster, n)
+            elif col in table.column_names:
+                arrays[field] = table[col]
+            else:
+                arrays[field] = pa.nulls(n, type=_TYPES[field])
+        arrays[LINE] = table[LINE]
+        jobs = pa.table(arrays)
+        if not _clean(jobs):
+            return None
+        return Batch(kind="jobs", frame=jobs, source=self.name)
+
+
+def _clean(jobs: pa.Table) -> bool:
+    """Whether every row passes the job checks (see ``base.check_jobs``)."""
+    if any(jobs[c].null_count for c in ("job_id", "cluster", "num_gpus", "submit_ts")):
+        return False
+    gpus = jobs["num_gpus"]
+    if pc.any(pc.less(gpus, 0)).as_py() or not pc.all(pc.is_finite(gpus)).as_py():
+        return False
+    submit, start, end = jobs["submit_ts"], jobs["start_ts"], jobs["end_ts"]
+    for later, earlier in ((end, start), (start, submit), (end, submit)):
+        if pc.any(pc.less(later, earlier)).as_py():
+            return False
+    cluster = jobs["cluster"]
+    if pa.types.is_dictionary(cluster.type) or pc.count_distinct(cluster).as_py() == 1:
+        distinct = pc.count_distinct(jobs["job_id"]).as_py()
+    else:
+        keys = pc.binary_join_element_wise(pc.cast(jobs["cluster"], pa.string()),
+                                           jobs["job_id"], "\x00")
+        distinct = pc.count_distinct(keys).as_py()
+    return bool(distinct == jobs.num_rows)

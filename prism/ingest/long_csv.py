@@ -1,0 +1,75 @@
+"""``long-csv``: the panel contract itself, ``series_id, ts, value`` (one row per sample).
+
+Columns can be mapped: ``--map series_id=name --map ts=time --map value=v``. Series ids have
+the form ``cluster/scope/metric``; the cluster is their first part. CSV, ``.csv.gz`` or Parquet.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from prism.ingest.base import (
+    LINE,
+    SAMPLE_COLUMNS,
+    Adapter,
+    Batch,
+    IngestOptions,
+    RowChecker,
+    parse_numbers,
+    parse_times,
+    read_table,
+    register,
+    reject_unknown_columns,
+)
+from prism.ingest.jobs_csv import mapped_columns
+
+_ID = re.compile(r"^[A-Za-z0-9_.:=+@-]+/[A-Za-z0-9_.:=+@-]+/[A-Za-z0-9_.:=+@-]+$")
+
+
+@register
+class LongCsvAdapter(Adapter):
+    """Samples in the long panel format."""
+
+    name = "long-csv"
+    kind = "samples"
+    description = "series_id, ts, value rows (mappable with --map)"
+
+    def read(self, path: Path, options: IngestOptions) -> Batch:
+        """Read long-format samples."""
+        columns = mapped_columns(options, ("series_id", "ts", "value"))
+        frame = read_table(path, required=list(columns.values()))
+        reject_unknown_columns(path, frame, columns.values(),
+                               fix="a long file has exactly series_id, ts, value (map others "
+                               "with --map)")
+        checker = RowChecker(path, frame, options.on_error)
+        ids = frame[columns["series_id"]].astype("string").str.strip()
+        valid = ids.str.match(_ID.pattern).fillna(False).to_numpy(dtype=bool)
+        checker.check(~valid, columns["series_id"], "series id is not 'cluster/scope/metric'",
+                      "write ids such as earth/vc6YE/gpus_in_use")
+        times, bad = parse_times(frame[columns["ts"]], tz=options.tz)
+        checker.check(bad | times.isna().to_numpy(), columns["ts"], "time is missing or does "
+                      "not parse", "write ISO 8601 times")
+        values, bad = parse_numbers(frame[columns["value"]])
+        checker.check(bad | np.isnan(values.to_numpy()), columns["value"],
+                      "value is missing or not a number", "write plain numbers")
+        good, rejects = checker.finish()
+        keep = frame[LINE].isin(good[LINE]).to_numpy()
+        sid = ids[keep].astype(object).to_numpy()
+        out = pd.DataFrame({
+            "cluster": [s.split("/", 1)[0] for s in sid],
+            "series_id": sid,
+            "ts": times.to_numpy()[keep],
+            "value": values.to_numpy()[keep],
+            LINE: frame[LINE].to_numpy()[keep],
+        })
+        if options.cluster:
+            out["series_id"] = options.cluster + "/" + out["series_id"].str.split(
+                "/", n=1).str[1]
+            out["cluster"] = options.cluster
+        out["ts"] = out["ts"].astype("datetime64[ns]")
+        return Batch(kind="samples", frame=out[[*SAMPLE_COLUMNS, LINE]], source=self.name,
+                     rejects=rejects)

@@ -1,0 +1,288 @@
+"""Write files to the store: read with an adapter, then one transaction for all of them.
+
+The transaction holds the ``ingests`` rows, the canonical rows, the rejects and the re-derived
+series of every affected cluster, so a failed run (bad row, duplicate job id, crash, SIGKILL)
+leaves the store as it was. A file whose content (bytes + format + options that change the
+result) was ingested before is skipped: re-ingesting is a no-op.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from prism.derive import derive_clusters, set_cluster_config
+from prism.errors import ConfigError, IngestError
+from prism.ingest import get_adapter
+from prism.ingest.base import (
+    CAPACITY_COLUMNS,
+    LINE,
+    SAMPLE_COLUMNS,
+    Batch,
+    IngestOptions,
+    Reject,
+)
+from prism.schema import FILL_POLICIES, JOB_COLUMNS, freq_seconds
+from prism.store import Store
+
+logger = logging.getLogger(__name__)
+
+#: progress(stage, done, total): stages "read", "write", "derive".
+Progress = Callable[[str, int, int], None]
+
+
+@dataclass(frozen=True)
+class FileReport:
+    """What happened to one file."""
+
+    path: str
+    status: str  # "ingested" or "unchanged"
+    rows: int
+    rejected: int
+    ingest_id: int | None
+    rejects: tuple[Reject, ...] = ()
+
+
+@dataclass
+class IngestReport:
+    """What one ingest run did."""
+
+    files: list[FileReport] = field(default_factory=list)
+    clusters: list[str] = field(default_factory=list)
+    series: int = 0
+    #: seconds spent per stage: read (parse and check), write (insert), derive (series)
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def rows(self) -> int:
+        """Rows added by the run."""
+        return sum(f.rows for f in self.files)
+
+    @property
+    def rejected(self) -> int:
+        """Rows rejected by the run."""
+        return sum(f.rejected for f in self.files)
+
+
+def content_hash(path: Path, fmt: str, options: IngestOptions, identity: str = "") -> str:
+    """sha256 over the file's bytes, the format, the options that change the result and the
+    adapter's ``identity`` of the file."""
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    digest.update(f"\0{fmt}\0{options.content_key()}\0{identity}".encode())
+    return digest.hexdigest()
+
+
+def ingest(
+    store: Store,
+    paths: Sequence[str | Path],
+    fmt: str,
+    options: IngestOptions | None = None,
+    *,
+    freq: str | None = None,
+    fill: str | None = None,
+    progress: Progress | None = None,
+) -> IngestReport:
+    """Ingest ``paths`` in format ``fmt`` into ``store`` and re-derive the affected series.
+
+    Args:
+        store: the store.
+        paths: files to ingest (all in one transaction).
+        fmt: the format name (``prism.ingest.adapters()``).
+        options: adapter options.
+        freq: bucket size of the derived series of the affected clusters (kept per cluster;
+            default ``10min`` for a new cluster).
+        fill: gap policy of sampled series (``auto``, ``hold``, ``zero``, ``linear``).
+        progress: called with (stage, done, total).
+
+    Returns:
+        A report per file, the clusters touched and their series count.
+
+    Raises:
+        IngestError: for bad input, naming file, line and column; nothing is written.
+        ConfigError: for a bad format, frequency or fill policy.
+    """
+    options = options or IngestOptions()
+    adapter = get_adapter(fmt)
+    if freq is not None:
+        freq_seconds(freq)  # fail on a bad --freq before reading anything
+    if fill is not None and fill not in FILL_POLICIES:
+        raise ConfigError(f"unknown fill policy {fill!r}; use one of {', '.join(FILL_POLICIES)}")
+    files = [Path(p) for p in paths]
+    if not files:
+        raise ConfigError("no files to ingest: pass one or more paths")
+    report = IngestReport()
+    pending: list[tuple[Path, str, Batch]] = []
+    clock = time.perf_counter()
+    for i, path in enumerate(files):
+        if not path.exists():
+            raise IngestError("file not found", path=str(path), fix="check the path")
+        digest = content_hash(path, fmt, options, adapter.identity(path, options))
+        seen = store.fetch_one(
+            "SELECT ingest_id FROM ingests WHERE content_hash = ?", [digest]
+        ) or next(((None,) for _, d, _ in pending if d == digest), None)
+        if seen is not None:
+            report.files.append(FileReport(str(path), "unchanged", 0, 0, seen[0]))
+            logger.info("%s: already ingested (same content), skipped", path)
+        else:
+            batch = adapter.read(path, options)
+            pending.append((path, digest, batch))
+        if progress:
+            progress("read", i + 1, len(files))
+    report.timings["read"] = time.perf_counter() - clock
+    clock = time.perf_counter()
+    touched: set[str] = set()
+    with store.transaction():
+        for i, (path, digest, batch) in enumerate(pending):
+            ingest_id, rows = _write(store, path, fmt, digest, batch, options)
+            touched.update(batch.clusters or ([options.cluster] if options.cluster else []))
+            report.files.append(
+                FileReport(str(path), "ingested", rows, len(batch.rejects), ingest_id,
+                           tuple(batch.rejects))
+            )
+            if progress:
+                progress("write", i + 1, len(pending))
+        for cluster in sorted(touched):
+            set_cluster_config(store, cluster, freq=freq, fill=fill)
+        if freq is not None or fill is not None:  # a new setting re-derives named clusters
+            for cluster in _clusters_named(store, options, touched):
+                set_cluster_config(store, cluster, freq=freq, fill=fill)
+                touched.add(cluster)
+        report.timings["write"] = time.perf_counter() - clock
+        clock = time.perf_counter()
+        if touched:
+            derive_clusters(store, sorted(touched))
+            if progress:
+                progress("derive", 1, 1)
+    report.timings["derive"] = time.perf_counter() - clock  # includes the commit
+    logger.info("ingest: read %.2fs, write %.2fs, derive %.2fs", *report.timings.values())
+    report.clusters = sorted(touched)
+    if touched:
+        row = store.fetch_one(
+            "SELECT count(*) FROM series WHERE list_contains(?, cluster)", [report.clusters]
+        )
+        report.series = int(row[0]) if row else 0
+    return report
+
+
+def _clusters_named(store: Store, options: IngestOptions, touched: set[str]) -> list[str]:
+    if options.cluster and options.cluster not in touched:
+        row = store.fetch_one("SELECT 1 FROM clusters WHERE cluster = ?", [options.cluster])
+        return [options.cluster] if row else []
+    return []
+
+
+def _write(
+    store: Store, path: Path, fmt: str, digest: str, batch: Batch, options: IngestOptions
+) -> tuple[int, int]:
+    row = store.fetch_one("SELECT nextval('ingest_id_seq')")
+    assert row is not None
+    ingest_id = int(row[0])
+    frame = batch.frame
+    clusters = batch.clusters
+    if batch.kind == "jobs":
+        frame = _drop_duplicate_jobs(store, path, frame, batch, options, clusters)
+        columns: tuple[str, ...] = JOB_COLUMNS
+        obs_start = batch.obs_start if batch.obs_start is not None else _min(frame, "submit_ts")
+        obs_end = batch.obs_end if batch.obs_end is not None else _max(
+            frame, "submit_ts", "start_ts", "end_ts")
+    elif batch.kind == "samples":
+        columns = SAMPLE_COLUMNS
+        obs_start, obs_end = _min(frame, "ts"), _max(frame, "ts")
+    else:
+        columns = CAPACITY_COLUMNS
+        obs_start = obs_end = None
+    rows = store.insert_frame(batch.kind, frame, columns, {"ingest_id": ingest_id}) if len(
+        frame) else 0
+    if batch.rejects:
+        rejects = pd.DataFrame({
+            "ingest_id": ingest_id,
+            "path": str(path),
+            "line": [r.line for r in batch.rejects],
+            "column_name": [r.column for r in batch.rejects],
+            "reason": [r.reason for r in batch.rejects],
+            "raw": [r.raw for r in batch.rejects],
+        })
+        store.insert_frame("rejects", rejects, tuple(rejects.columns))
+    store.execute(
+        """INSERT INTO ingests (ingest_id, content_hash, format, path, cluster, kind, rows,
+               rejected, obs_start, obs_end, options, ingested_at)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, now()::TIMESTAMP)""",
+        [ingest_id, digest, fmt, str(path), ",".join(clusters) or options.cluster, batch.kind,
+         rows, len(batch.rejects), _ts(obs_start), _ts(obs_end), options.content_key()],
+    )
+    logger.info("%s: %d rows (%d rejected) as ingest %d", path, rows, len(batch.rejects),
+                ingest_id)
+    return ingest_id, rows
+
+
+def _ts(value: object) -> object:
+    if value is None or pd.isna(value):  # type: ignore[call-overload]
+        return None
+    return pd.Timestamp(value).to_pydatetime()  # type: ignore[arg-type]
+
+
+def _min(frame: pd.DataFrame | pa.Table, column: str) -> object:
+    if not len(frame):
+        return None
+    if isinstance(frame, pa.Table):
+        return pc.min(frame[column]).as_py()
+    return frame[column].min()
+
+
+def _max(frame: pd.DataFrame | pa.Table, *columns: str) -> object:
+    if not len(frame):
+        return None
+    if isinstance(frame, pa.Table):
+        values = [pc.max(frame[c]).as_py() for c in columns]
+    else:
+        values = [frame[c].max() for c in columns]
+    present = [v for v in values if v is not None and not pd.isna(v)]
+    return max(present) if present else None
+
+
+def _drop_duplicate_jobs(
+    store: Store,
+    path: Path,
+    frame: pd.DataFrame | pa.Table,
+    batch: Batch,
+    options: IngestOptions,
+    clusters: list[str],
+) -> pd.DataFrame | pa.Table:
+    """Fail on (or, under skip, reject) jobs whose id the cluster already has in the store."""
+    known = store.fetch_one("SELECT count(*) FROM jobs WHERE list_contains(?, cluster)",
+                            [clusters])
+    if not known or not known[0]:
+        return frame  # a new cluster: nothing to collide with
+    keys = frame.select(["cluster", "job_id", LINE]) if isinstance(frame, pa.Table) else (
+        frame[["cluster", "job_id", LINE]])
+    dupes = store.find_existing_jobs(keys)
+    if dupes.empty:
+        return frame
+    first = dupes.iloc[0]
+    if options.on_error != "skip":
+        raise IngestError(
+            f"job id {first['job_id']!r} is already in the store for this cluster "
+            f"(from an earlier ingest); {len(dupes)} such job(s)",
+            path=str(path), line=int(first[LINE]), column="job_id",
+            fix="ingest each job once (a changed copy of a file is a new file: remove the old "
+            "rows first), or pass --on-error skip to store such rows in `rejects`",
+        )
+    batch.rejects.extend(
+        Reject(int(r[LINE]), "job_id", "job id already in the store", str(r["job_id"]))
+        for _, r in dupes.iterrows()
+    )
+    if isinstance(frame, pa.Table):
+        drop = pc.is_in(frame[LINE], value_set=pa.array(dupes[LINE].to_numpy()))
+        return frame.filter(pc.invert(drop))
+    return frame[~frame[LINE].isin(dupes[LINE])]

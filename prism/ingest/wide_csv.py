@@ -1,0 +1,120 @@
+"""``wide-csv``: a time column and one numeric column per metric.
+
+``prism ingest FILE --format wide-csv --time-col time --cluster NAME [--scope S]``: every other
+column becomes the series ``NAME/S/<column>`` (``S`` defaults to ``all``), resampled at
+derivation with the metric's aggregation (mean for gauges, sum for ``*_submitted`` counts).
+CSV, ``.csv.gz`` or Parquet. Empty cells are gaps (filled by the derivation's fill policy).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from prism.errors import DataContractError, IngestError
+from prism.ingest.base import (
+    LINE,
+    SAMPLE_COLUMNS,
+    Adapter,
+    Batch,
+    IngestOptions,
+    RowChecker,
+    parse_numbers,
+    parse_times,
+    read_table,
+    register,
+)
+from prism.schema import ALL_SCOPE, make_series_id
+
+
+def samples_from_columns(
+    path: Path,
+    frame: pd.DataFrame,
+    *,
+    time_col: str,
+    series: dict[str, str],
+    cluster: str,
+    options: IngestOptions,
+    derived: dict[str, tuple[str, ...]] | None = None,
+) -> tuple[pd.DataFrame, list]:
+    """Turn wide columns into long samples rows.
+
+    Args:
+        path: the file (for messages).
+        frame: the file's rows with ``_line``.
+        time_col: the time column.
+        series: file column -> series id.
+        cluster: the cluster of every series.
+        options: ingest options (``tz``, ``on_error``).
+        derived: extra series id -> file columns summed into it (e.g. demand = running +
+            pending).
+
+    Returns:
+        The samples frame (``SAMPLE_COLUMNS`` + ``_line``) and the rejects.
+    """
+    checker = RowChecker(path, frame, options.on_error)
+    times, bad = parse_times(frame[time_col], tz=options.tz)
+    checker.check(bad, time_col, "time does not parse",
+                  "write times as ISO 8601, e.g. 2020-05-01 00:00:00")
+    checker.check(frame[time_col].isna().to_numpy(), time_col, "time is empty",
+                  "every row needs a time")
+    values: dict[str, pd.Series] = {}
+    for column in series:
+        numbers, bad = parse_numbers(frame[column])
+        checker.check(bad, column, "value is not a number", "write plain numbers")
+        values[column] = numbers
+    good_rows, rejects = checker.finish()
+    keep = frame[LINE].isin(good_rows[LINE]).to_numpy()
+    parts = []
+    lines = frame[LINE].to_numpy()[keep]
+    ts = times.to_numpy()[keep]
+    for column, series_id in series.items():
+        parts.append(pd.DataFrame({"series_id": series_id, "ts": ts,
+                                   "value": values[column].to_numpy()[keep], LINE: lines}))
+    for series_id, columns in (derived or {}).items():
+        total = np.sum([values[c].to_numpy()[keep] for c in columns], axis=0)
+        parts.append(pd.DataFrame({"series_id": series_id, "ts": ts, "value": total,
+                                   LINE: lines}))
+    out = pd.concat(parts, ignore_index=True)
+    out = out[out["value"].notna()]
+    out.insert(0, "cluster", cluster)
+    out["ts"] = out["ts"].astype("datetime64[ns]")
+    return out[[*SAMPLE_COLUMNS, LINE]].reset_index(drop=True), rejects
+
+
+def series_id_for(path: Path, cluster: str, scope: str, metric: str) -> str:
+    """``make_series_id`` with the error turned into an ingest error about the column."""
+    try:
+        return make_series_id(cluster, scope, metric)
+    except DataContractError as exc:
+        raise IngestError(str(exc), path=str(path), line=1, column=metric,
+                          fix="rename the column or pass another --cluster/--scope") from exc
+
+
+@register
+class WideCsvAdapter(Adapter):
+    """A time column plus one column per metric."""
+
+    name = "wide-csv"
+    kind = "samples"
+    description = "a time column and one numeric column per metric (--time-col, --cluster)"
+
+    def read(self, path: Path, options: IngestOptions) -> Batch:
+        """Read a wide file; each non-time column becomes ``cluster/scope/<column>``."""
+        if not options.cluster:
+            raise IngestError("wide-csv needs a cluster name", path=str(path),
+                              fix="pass --cluster NAME")
+        time_col = options.time_col or "time"
+        frame = read_table(path, required=[time_col])
+        scope = options.scope or ALL_SCOPE
+        columns = [c for c in frame.columns if c not in (time_col, LINE)]
+        if not columns:
+            raise IngestError("no value columns besides the time column", path=str(path),
+                              line=1, fix="add one numeric column per metric")
+        series = {c: series_id_for(path, options.cluster, scope, c) for c in columns}
+        samples, rejects = samples_from_columns(
+            path, frame, time_col=time_col, series=series, cluster=options.cluster,
+            options=options)
+        return Batch(kind="samples", frame=samples, source=self.name, rejects=rejects)

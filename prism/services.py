@@ -1,0 +1,207 @@
+"""Use cases shared by the CLI and the REST API: each opens what it needs and calls the core.
+
+Functions here take plain values (paths, names, options) and return frames or small result
+objects; they print nothing and know nothing of HTTP or argparse.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pandas as pd
+
+from prism.errors import ConfigError, SeriesNotFound
+from prism.ingest import adapters
+from prism.ingest.base import IngestOptions
+from prism.ingest.pipeline import IngestReport, Progress, ingest
+from prism.schema import PANEL_COLUMNS, SERIES_ID, split_series_id
+from prism.store import Store
+
+if TYPE_CHECKING:
+    from prism.datasets import DownloadResult
+    from prism.generate import GeneratedTrace
+
+logger = logging.getLogger(__name__)
+
+
+def open_store(db: str | Path, *, must_exist: bool = False) -> Store:
+    """Open the store at ``db``.
+
+    Args:
+        db: a DuckDB file or ``:memory:``.
+        must_exist: fail instead of creating an empty store (for read-only commands).
+
+    Raises:
+        ConfigError: when the file is missing (with ``must_exist``) or cannot be opened.
+    """
+    if must_exist and str(db) != ":memory:" and not Path(db).exists():
+        raise ConfigError(
+            f"no store at {str(db)!r}: run `prism ingest` first, or pass --db / PRISM_DB"
+        )
+    return Store.open(db)
+
+
+def list_formats() -> list[tuple[str, str, str]]:
+    """``(name, kind, description)`` of every ingestion format."""
+    return [(a.name, a.kind, a.description) for _, a in sorted(adapters().items())]
+
+
+def ingest_files(
+    db: str | Path,
+    paths: Sequence[str | Path],
+    fmt: str,
+    options: IngestOptions,
+    *,
+    freq: str | None = None,
+    fill: str | None = None,
+    progress: Progress | None = None,
+) -> IngestReport:
+    """Ingest files into the store at ``db`` (one transaction) and re-derive their series."""
+    with open_store(db) as store:
+        return ingest(store, paths, fmt, options, freq=freq, fill=fill, progress=progress)
+
+
+def list_series(
+    db: str | Path, *, cluster: str | None = None, scope: str | None = None,
+    metric: str | None = None,
+) -> pd.DataFrame:
+    """The series catalogue, filtered by cluster, scope and metric."""
+    with open_store(db, must_exist=True) as store:
+        return store.list_series(cluster=cluster, scope=scope, metric=metric)
+
+
+def series_values(
+    db: str | Path,
+    series_id: str,
+    *,
+    start: str | None = None,
+    end: str | None = None,
+    tail: int | None = None,
+) -> pd.DataFrame:
+    """Values of one series (``ts, value, filled``) between ``start`` and ``end``.
+
+    Raises:
+        SeriesNotFound: for an unknown series, with the closest ids.
+        ConfigError: for a bad ``start``/``end``.
+    """
+    split_series_id(series_id)
+    lo, hi = _time_arg(start, "start"), _time_arg(end, "end")
+    with open_store(db, must_exist=True) as store:
+        if store.fetch_one("SELECT 1 FROM series WHERE series_id = ?", [series_id]) is None:
+            raise SeriesNotFound(_not_found(store, series_id))
+        frame = store.fetch_df(
+            """SELECT ts, value, filled FROM series_values WHERE series_id = ?
+               AND (?::TIMESTAMP IS NULL OR ts >= ?) AND (?::TIMESTAMP IS NULL OR ts < ?)
+               ORDER BY ts""",
+            [series_id, lo, lo, hi, hi],
+        )
+    frame["ts"] = frame["ts"].astype("datetime64[ns]")
+    return frame.tail(tail).reset_index(drop=True) if tail else frame
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    """Where a panel export went."""
+
+    path: Path
+    rows: int
+    series: int
+
+
+def export_panel(
+    db: str | Path, output: str | Path, *, series_ids: Sequence[str] | None = None
+) -> ExportResult:
+    """Write the panel (``series_id, ts, value``) to ``output`` (``.csv`` or ``.parquet``).
+
+    Raises:
+        ConfigError: for another file extension or a missing folder.
+        SeriesNotFound: for a named series that is not in the store.
+    """
+    path = Path(output)
+    if path.suffix not in (".csv", ".parquet"):
+        raise ConfigError(f"cannot write {str(path)!r}: use a .csv or .parquet file name")
+    if not path.parent.exists():
+        raise ConfigError(f"folder {str(path.parent)!r} does not exist; create it first")
+    with open_store(db, must_exist=True) as store:
+        try:
+            panel = store.load_panel(list(series_ids) if series_ids else None)
+        except SeriesNotFound as exc:
+            raise SeriesNotFound(_not_found(store, str(exc).split("'")[1])) from exc
+    panel = panel[list(PANEL_COLUMNS)]
+    if path.suffix == ".csv":
+        panel.to_csv(path, index=False, date_format="%Y-%m-%dT%H:%M:%S")
+    else:
+        panel.to_parquet(path, index=False)
+    return ExportResult(path, len(panel), int(panel[SERIES_ID].nunique()))
+
+
+def _time_arg(text: str | None, name: str) -> pd.Timestamp | None:
+    if text is None:
+        return None
+    try:
+        ts = pd.Timestamp(text)
+    except ValueError as exc:
+        raise ConfigError(f"--{name} {text!r} is not a time; write e.g. 2020-05-03T10:00") from exc
+    return ts.tz_convert("UTC").tz_localize(None) if ts.tzinfo else ts
+
+
+def _not_found(store: Store, series_id: str) -> str:
+    import difflib
+
+    known = [r[0] for r in store.fetch_all("SELECT series_id FROM series")]
+    close = difflib.get_close_matches(series_id, known, n=3)
+    hint = f"; did you mean {', '.join(close)}?" if close else (
+        "; `prism series list` shows the series there are")
+    return f"series {series_id!r} is not in the store{hint}"
+
+
+def generate_trace(
+    output: str | Path,
+    *,
+    days: int = 28,
+    clusters: int = 2,
+    seed: int = 0,
+    jobs_per_day: float | None = None,
+    fmt: str = "csv",
+    progress: Callable[[int, int], None] | None = None,
+) -> GeneratedTrace:
+    """Write a synthetic job trace and capacities to ``output`` (see :mod:`prism.generate`)."""
+    from prism import generate  # imported on use: the CLI starts faster
+
+    if fmt not in ("csv", "parquet"):
+        raise ConfigError(f"unknown trace file format {fmt!r}; use csv or parquet")
+    return generate.generate_trace(
+        Path(output), days=days, clusters=clusters, seed=seed, jobs_per_day=jobs_per_day,
+        format="parquet" if fmt == "parquet" else "csv", progress=progress,
+    )
+
+
+def list_datasets() -> pd.DataFrame:
+    """The public trace catalogue as a table (name, format, licence, size, checksum known)."""
+    from prism import datasets
+
+    rows = [
+        {"name": d.name, "format": d.format, "licence": d.licence,
+         "size": d.size, "sha256": "yes" if d.sha256 else "unknown", "title": d.title}
+        for d in datasets.list_datasets()
+    ]
+    return pd.DataFrame(rows, columns=["name", "format", "licence", "size", "sha256", "title"])
+
+
+def download_dataset(
+    name: str,
+    *,
+    cache_dir: Path | None = None,
+    base_url: str | None = None,
+    verify: bool = True,
+    progress: Callable[[int, int | None], None] | None = None,
+) -> DownloadResult:
+    """Fetch a catalogue trace into the cache and verify its checksum."""
+    from prism import datasets
+
+    return datasets.download(name, cache_dir=cache_dir, base_url=base_url, verify=verify,
+                             progress=progress)
