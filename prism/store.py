@@ -89,7 +89,9 @@ class Store:
                     "create it or pass another --db"
                 )
         try:
-            conn = duckdb.connect(target, read_only=read_only)
+            # Rows carry their order in columns (ts, _line): DuckDB may insert in parallel.
+            conn = duckdb.connect(target, read_only=read_only,
+                                  config={"preserve_insertion_order": False})
         except duckdb.Error as exc:
             raise ConfigError(
                 f"cannot open store {target!r}: {exc}. Fix: close the other process using it, "

@@ -232,16 +232,21 @@ def read_arrow(path: Path, column_types: dict[str, pa.DataType]) -> pa.Table | N
             return None
         lines = pa.array(np.arange(1, table.num_rows + 1, dtype=np.int64))
         return table.append_column(LINE, lines)
-    data = read_bytes(path)
-    header = data.split(b"\n", 1)[0].decode("utf-8").strip().split(",")
-    types = {c: t for c, t in column_types.items() if c in header}
-    convert = pacsv.ConvertOptions(column_types=types, strings_can_be_null=True,
-                                   timestamp_parsers=[pacsv.ISO8601])
-    try:
-        table = pacsv.read_csv(io.BytesIO(data), convert_options=convert)
-    except pa.ArrowException:
-        return None
-    del data
+    if not path.exists():
+        raise IngestError("file not found", path=str(path), fix="check the path")
+    try:  # the header only: pyarrow reads the file itself (threads, no copy in Python)
+        opener = gzip.open if _is_gzip(path) else open
+        with opener(path, "rb") as handle:
+            head = handle.readline().decode("utf-8").strip()
+        if not head:
+            return None
+        header = head.split(",")
+        types = {c: t for c, t in column_types.items() if c in header}
+        convert = pacsv.ConvertOptions(column_types=types, strings_can_be_null=True,
+                                       timestamp_parsers=[pacsv.ISO8601])
+        table = pacsv.read_csv(path, convert_options=convert)
+    except (pa.ArrowException, OSError, EOFError, zlib.error, UnicodeDecodeError):
+        return None  # the slow path says what is wrong (empty, truncated, malformed)
     lines = pa.array(np.arange(2, table.num_rows + 2, dtype=np.int64))
     return table.append_column(LINE, lines)
 

@@ -191,7 +191,6 @@ def _write(
     frame = batch.frame
     clusters = batch.clusters
     if batch.kind == "jobs":
-        frame = _drop_duplicate_jobs(store, path, frame, batch, options, clusters)
         columns: tuple[str, ...] = JOB_COLUMNS
         obs_start = batch.obs_start if batch.obs_start is not None else _min(frame, "submit_ts")
         obs_end = batch.obs_end if batch.obs_end is not None else _max(
@@ -204,6 +203,8 @@ def _write(
         obs_start = obs_end = None
     rows = store.insert_frame(batch.kind, frame, columns, {"ingest_id": ingest_id}) if len(
         frame) else 0
+    if batch.kind == "jobs" and rows:
+        rows = _check_duplicate_jobs(store, path, ingest_id, batch, options, clusters)
     if batch.rejects:
         rejects = pd.DataFrame({
             "ingest_id": ingest_id,
@@ -251,38 +252,50 @@ def _max(frame: pd.DataFrame | pa.Table, *columns: str) -> object:
     return max(present) if present else None
 
 
-def _drop_duplicate_jobs(
-    store: Store,
-    path: Path,
-    frame: pd.DataFrame | pa.Table,
-    batch: Batch,
-    options: IngestOptions,
+def _check_duplicate_jobs(
+    store: Store, path: Path, ingest_id: int, batch: Batch, options: IngestOptions,
     clusters: list[str],
-) -> pd.DataFrame | pa.Table:
-    """Fail on (or, under skip, reject) jobs whose id the cluster already has in the store."""
-    known = store.fetch_one("SELECT count(*) FROM jobs WHERE list_contains(?, cluster)",
-                            [clusters])
-    if not known or not known[0]:
-        return frame  # a new cluster: nothing to collide with
-    keys = frame.select(["cluster", "job_id", LINE]) if isinstance(frame, pa.Table) else (
-        frame[["cluster", "job_id", LINE]])
-    dupes = store.find_existing_jobs(keys)
+) -> int:
+    """Fail on (or, under skip, reject) job ids seen twice: in this file or already stored.
+
+    The check runs in SQL after the insert (one aggregation, cheaper than a check in Arrow);
+    only when it finds something are the rows located by line, in pandas.
+
+    Returns:
+        The number of this batch's rows left in ``jobs``.
+    """
+    dupes = store.fetch_df(
+        """SELECT cluster, job_id, count(*) FILTER (WHERE ingest_id <> ?) AS before
+           FROM jobs WHERE list_contains(?, cluster) GROUP BY cluster, job_id
+           HAVING count(*) > 1 AND count(*) FILTER (WHERE ingest_id = ?) > 0""",
+        [ingest_id, clusters, ingest_id],
+    )
     if dupes.empty:
-        return frame
-    first = dupes.iloc[0]
+        return len(batch.frame)
+    rows = batch.rows()
+    keys = rows[["cluster", "job_id", LINE]].merge(dupes, on=["cluster", "job_id"])
+    stored = keys[keys["before"] > 0]
+    twice = keys[(keys["before"] == 0) & keys.duplicated(["cluster", "job_id"], keep="first")]
+    problems = [
+        (int(r[LINE]), str(r["job_id"]), "job id is already in the store for this cluster "
+         "(from an earlier ingest)") for _, r in stored.iterrows()
+    ] + [
+        (int(r[LINE]), str(r["job_id"]), "job id appears more than once in this file")
+        for _, r in twice.iterrows()
+    ]
+    problems.sort()
+    line, job_id, reason = problems[0]
     if options.on_error != "skip":
         raise IngestError(
-            f"job id {first['job_id']!r} is already in the store for this cluster "
-            f"(from an earlier ingest); {len(dupes)} such job(s)",
-            path=str(path), line=int(first[LINE]), column="job_id",
-            fix="ingest each job once (a changed copy of a file is a new file: remove the old "
-            "rows first), or pass --on-error skip to store such rows in `rejects`",
+            f"{reason} (value {job_id!r}); {len(problems)} row(s) in all",
+            path=str(path), line=line, column="job_id",
+            fix="give every job of a cluster a unique id and ingest each job once (a changed "
+            "copy of a file is a new file: remove the old rows first), or pass --on-error skip "
+            "to store such rows in `rejects`",
         )
-    batch.rejects.extend(
-        Reject(int(r[LINE]), "job_id", "job id already in the store", str(r["job_id"]))
-        for _, r in dupes.iterrows()
-    )
-    if isinstance(frame, pa.Table):
-        drop = pc.is_in(frame[LINE], value_set=pa.array(dupes[LINE].to_numpy()))
-        return frame.filter(pc.invert(drop))
-    return frame[~frame[LINE].isin(dupes[LINE])]
+    batch.rejects.extend(Reject(ln, "job_id", why, jid) for ln, jid, why in problems)
+    bad = {ln for ln, _, _ in problems}
+    keep = rows[~rows[LINE].isin(bad)]
+    store.execute("DELETE FROM jobs WHERE ingest_id = ?", [ingest_id])
+    return store.insert_frame("jobs", keep, JOB_COLUMNS, {"ingest_id": ingest_id}) if len(
+        keep) else 0
