@@ -32,7 +32,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from prism.schema import METRICS, format_freq, freq_seconds, metric_info
+from prism.errors import DataContractError
+from prism.schema import MAX_BUCKETS, METRICS, format_freq, freq_seconds, metric_info
 from prism.store import Store
 
 logger = logging.getLogger(__name__)
@@ -292,6 +293,7 @@ def _derive_jobs(store: Store, clusters: list[str], freq_s: dict[str, int]) -> N
         if w1 <= w0:
             logger.warning("cluster %s: observation window shorter than one bucket", cluster)
             continue
+        _check_buckets(cluster, (w1 - w0) // f_us, freq_s[cluster])
         for key, value in zip(params, (cluster, f_us, w0, w1, n_scope > 0, n_type > 0),
                               strict=True):
             params[key].append(value)
@@ -318,8 +320,22 @@ def _derive_samples(
             sums.append(metric)
         if info.default_fill == "zero" and metric not in zero:
             zero.append(metric)
+    spans = store.fetch_all(
+        """SELECT cluster, max(epoch(ts)) - min(epoch(ts)) FROM samples
+           WHERE list_contains(?, cluster) GROUP BY cluster""", [clusters])
+    for cluster, seconds in spans:
+        _check_buckets(cluster, int(seconds // freq_s[cluster]), freq_s[cluster])
     store.execute(
         "INSERT INTO series_values (cluster, series_id, ts, value, filled) " + _SAMPLE_SERIES_SQL,
         [clusters, [freq_s[c] * 1_000_000 for c in clusters], [fill[c] for c in clusters],
          sums, zero],
     )
+
+
+def _check_buckets(cluster: str, n: int, freq_s: int) -> None:
+    if n > MAX_BUCKETS:
+        raise DataContractError(
+            f"cluster {cluster!r} would get {n:,} buckets of {format_freq(freq_s)} per series "
+            f"(more than {MAX_BUCKETS:,}): its data spans too long a time for that frequency; "
+            "check for stray far-apart timestamps, or ingest with a coarser --freq"
+        )

@@ -34,6 +34,13 @@ JOB_COLUMNS = (
 )
 JOB_TIME_COLUMNS = ("submit_ts", "start_ts", "end_ts")
 
+#: Times outside [EARLIEST_TS, LATEST_TS) are rejected at ingestion: they are typos (a year 9999
+#: would otherwise stretch a series over millions of buckets).
+EARLIEST_TS = pd.Timestamp("1970-01-01")
+LATEST_TS = pd.Timestamp("2100-01-01")
+#: The most buckets one series may have; more means the frequency is too fine for the span.
+MAX_BUCKETS = 2_000_000
+
 #: The cluster-wide scope.
 ALL_SCOPE = "all"
 #: Prefix of GPU-type scopes in series ids: ``earth/gpu:V100/gpus_in_use``.

@@ -174,3 +174,15 @@ def test_counts_are_summed_and_gauges_averaged(store: Store, tmp_path: Path) -> 
     panel = store.load_panel()
     got = panel.groupby("series_id")["value"].apply(list).to_dict()
     assert got == {"c/all/gpus_in_use": [15.0, 30.0], "c/all/jobs_submitted": [5.0, 1.0]}
+
+
+def test_absurd_span_is_refused_before_it_fills_memory(store: Store, tmp_path: Path) -> None:
+    from prism.errors import DataContractError
+
+    path = tmp_path / "wide.csv"
+    path.write_text("time,gpus_in_use\n1971-01-01 00:00,1\n2099-01-01 00:00,2\n")
+    with pytest.raises(DataContractError, match=r"'c' would get 6,7\d\d,\d{3} buckets of 10min"):
+        ingest(store, [path], "wide-csv", IngestOptions(cluster="c"))
+    assert store.fetch_one("SELECT count(*) FROM samples") == (0,)
+    ingest(store, [path], "wide-csv", IngestOptions(cluster="c"), freq="1d")
+    assert store.fetch_one("SELECT n_points FROM series") == (46_753,)  # 1971-01-01 .. 2099-01-01, daily

@@ -18,7 +18,12 @@ _MODULES = (
     "wide_csv",
     "capacity_csv",
     "helios_vc",
+    "philly_nodes",
+    "helios_jobs",
     "alibaba_pods",
+    "alibaba_pai",
+    "slurm_sacct",
+    "prometheus",
 )
 
 _loaded = False

@@ -26,7 +26,8 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from prism.errors import IngestError
-from prism.schema import JOB_COLUMNS
+from prism.ingest.timeparse import check_tz, locate_malformed_row, parse_local_times
+from prism.schema import EARLIEST_TS, JOB_COLUMNS, LATEST_TS
 
 Kind = Literal["jobs", "samples", "capacity"]
 LINE = "_line"
@@ -282,7 +283,7 @@ def read_table(
     else:
         data = read_bytes(path)
         frame = _read_csv_bytes(path, data, column_types, delimiter)
-        frame[LINE] = np.arange(2, len(frame) + 2)
+        frame[LINE] = _row_lines(data, len(frame))
     missing = [c for c in required if c not in frame.columns]
     if missing:
         raise IngestError(
@@ -320,6 +321,13 @@ def _read_csv_bytes(
         )
         table = pacsv.read_csv(io.BytesIO(data), parse_options=parse, convert_options=convert)
     except (pa.ArrowException, ValueError) as exc:
+        line, what = locate_malformed_row(data, len(header), first_line=2, delimiter=delimiter)
+        if line is not None:
+            raise IngestError(
+                f"malformed CSV row: {what}", path=str(path), line=line,
+                fix="every row needs as many fields as the header; quote fields holding the "
+                "delimiter",
+            ) from exc
         line = _line_of_arrow_error(str(exc))
         raise IngestError(
             f"malformed CSV ({exc})".replace("\n", " "),
@@ -328,6 +336,18 @@ def _read_csv_bytes(
             "delimiter",
         ) from exc
     return table.to_pandas()
+
+
+def _row_lines(data: bytes, n_rows: int) -> np.ndarray:
+    """1-based line numbers of the data rows (pyarrow skips blank lines; the header is 1)."""
+    if b"\n\n" not in data and b"\n\r\n" not in data:
+        return np.arange(2, n_rows + 2, dtype=np.int64)
+    lines = data.split(b"\n")
+    numbers = np.array([i + 1 for i, text in enumerate(lines) if text.strip(b"\r")],
+                       dtype=np.int64)[1:]
+    if len(numbers) != n_rows:  # quoted newlines: fall back to counting rows
+        return np.arange(2, n_rows + 2, dtype=np.int64)
+    return numbers
 
 
 def _line_of_arrow_error(message: str) -> int | None:
@@ -410,37 +430,34 @@ def parse_times(
         not parse.
     """
     present = values.notna().to_numpy()
+    check_tz(tz)
     if pd.api.types.is_datetime64_any_dtype(values):
         out = pd.Series(values)
+        inside = ((out >= pd.Timestamp("1678-01-02")) & (out <= pd.Timestamp("2262-04-10"))
+                  ).to_numpy(dtype=bool) if getattr(out.dt, "tz", None) is None else present
+        out = out.where(inside)  # beyond what datetime64[ns] holds: reported as bad
         if getattr(out.dt, "tz", None) is not None:
             out = out.dt.tz_convert("UTC").dt.tz_localize(None)
         elif tz:
             out = out.dt.tz_localize(tz, ambiguous="NaT", nonexistent="NaT").dt.tz_convert(
                 "UTC").dt.tz_localize(None)
         out = out.astype("datetime64[ns]")
-        return out, present & out.isna().to_numpy()
+        return out, present & (out.isna().to_numpy() | ~inside)
     if unit is not None or pd.api.types.is_numeric_dtype(values):
         numbers = pd.to_numeric(values, errors="coerce")
         base = origin if origin is not None else pd.Timestamp("1970-01-01")
         scale = {"s": 1e9, "ms": 1e6, None: 1e9}[unit]
-        finite = np.isfinite(numbers.to_numpy(dtype="float64", na_value=np.nan))
-        ns = np.where(finite, numbers.to_numpy(dtype="float64", na_value=np.nan), 0) * scale
+        raw = numbers.to_numpy(dtype="float64", na_value=np.nan)
+        # beyond about +-292 years from the origin, nanoseconds overflow int64
+        finite = np.isfinite(raw) & (np.abs(raw * scale) < 9.2e18 - abs(base.value))
+        ns = np.where(finite, raw, 0) * scale
         out = pd.Series(
             pd.to_datetime(np.round(ns).astype(np.int64) + base.value, unit="ns"),
             index=values.index,
         ).where(finite)
         return out.astype("datetime64[ns]"), present & ~finite
-    text = values.astype("string").str.strip()
-    text = text.where(text != "")
-    parsed = pd.to_datetime(text, errors="coerce", utc=False, format="ISO8601")
-    if getattr(parsed.dt, "tz", None) is not None:
-        parsed = parsed.dt.tz_convert("UTC").dt.tz_localize(None)
-    elif tz:
-        parsed = parsed.dt.tz_localize(tz, ambiguous="NaT", nonexistent="NaT").dt.tz_convert(
-            "UTC").dt.tz_localize(None)
-    parsed = parsed.astype("datetime64[ns]")
-    bad = text.notna().to_numpy() & parsed.isna().to_numpy()
-    return parsed, bad
+    parsed, bad, tz_bad = parse_local_times(values, tz)
+    return parsed, bad | tz_bad
 
 
 def parse_numbers(values: pd.Series) -> tuple[pd.Series, np.ndarray]:
@@ -495,6 +512,11 @@ def check_jobs(checker: RowChecker, frame: pd.DataFrame) -> None:
                   "job id appears more than once in this file",
                   "give every job of a cluster a unique id")
     start, end, submit = frame["start_ts"], frame["end_ts"], frame["submit_ts"]
+    for name in ("submit_ts", "start_ts", "end_ts"):
+        when = frame[name]
+        checker.check(((when < EARLIEST_TS) | (when >= LATEST_TS)).fillna(False).to_numpy(),
+                      name, f"{name} is outside {EARLIEST_TS.year}..{LATEST_TS.year - 1}",
+                      "check the year (and the --origin of traces in seconds)")
     checker.check((end < start).fillna(False).to_numpy(), "end_ts", "end time is before start time",
                   "check the row's start and end times")
     checker.check((start < submit).fillna(False).to_numpy(), "start_ts",

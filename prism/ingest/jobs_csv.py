@@ -36,7 +36,7 @@ from prism.ingest.base import (
     register,
     reject_unknown_columns,
 )
-from prism.schema import JOB_COLUMNS
+from prism.schema import EARLIEST_TS, JOB_COLUMNS, LATEST_TS
 
 _FIELDS = tuple(c for c in JOB_COLUMNS if c != "source")
 _TYPES: dict[str, pa.DataType] = {
@@ -172,6 +172,12 @@ def _clean(jobs: pa.Table) -> bool:
     if pc.any(pc.less(gpus, 0)).as_py() or not pc.all(pc.is_finite(gpus)).as_py():
         return False
     submit, start, end = jobs["submit_ts"], jobs["start_ts"], jobs["end_ts"]
+    lo = pa.scalar(EARLIEST_TS.to_pydatetime(), type=pa.timestamp("s"))
+    hi = pa.scalar(LATEST_TS.to_pydatetime(), type=pa.timestamp("s"))
+    for when in (submit, start, end):
+        when = pc.cast(when, pa.timestamp("s"))
+        if pc.any(pc.or_(pc.less(when, lo), pc.greater_equal(when, hi))).as_py():
+            return False
     for later, earlier in ((end, start), (start, submit), (end, submit)):
         if pc.any(pc.less(later, earlier)).as_py():
             return False

@@ -193,3 +193,21 @@ def test_skip_duplicate_in_clean_file_keeps_first(store: Store, tmp_path: Path) 
     assert store.fetch_all("SELECT line, reason FROM rejects") == [
         (5, "job id appears more than once in this file")]
     assert store.fetch_one("SELECT rows, rejected FROM ingests") == (3, 1)
+
+
+def test_odd_times_are_named_not_crashes(store: Store, tmp_path: Path) -> None:
+    far = GOOD[0].replace("j1,", "j7,").replace("2026-01-05T03:00:00", "9999-12-31T00:00:00")
+    with pytest.raises(IngestError, match=r"line 5, column 'end_ts': end_ts is not a time"):
+        ingest(store, [_write(tmp_path, [*GOOD, far])], "jobs-csv")
+    with pytest.raises(ConfigError, match="unknown time zone 'Mars/Olympus'"):
+        ingest(store, [_write(tmp_path, GOOD)], "jobs-csv", IngestOptions(tz="Mars/Olympus"))
+
+
+def test_blank_lines_keep_line_numbers_and_short_rows_are_located(
+    store: Store, tmp_path: Path
+) -> None:
+    bad = "j9,c,vc1,A100,-1,8,2026-01-05T00:00:00,2026-01-05T00:01:00,2026-01-05T01:00:00,X"
+    with pytest.raises(IngestError, match=r"line 7, column 'num_gpus'"):
+        ingest(store, [_write(tmp_path, [GOOD[0], "", GOOD[1], "", GOOD[2], bad])], "jobs-csv")
+    with pytest.raises(IngestError, match=r"line 3: malformed CSV row: expected 10 fields, found 3"):
+        ingest(store, [_write(tmp_path, [GOOD[0], "j2,c,vc1", GOOD[2]])], "jobs-csv")

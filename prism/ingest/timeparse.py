@@ -1,0 +1,165 @@
+"""Robust parsing of time text and malformed CSV rows, shared by the adapters.
+
+Never raises on odd input: values that do not parse (or fall outside what ``datetime64[ns]``
+holds) are reported in masks so that the adapters can name the row.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+
+import numpy as np
+import pandas as pd
+
+from prism.errors import ConfigError
+
+# Stored times are datetime64[ns]; keep a margin for time-zone shifts at the edges.
+_EARLIEST = pd.Timestamp("1678-01-02")
+_LATEST = pd.Timestamp("2262-04-10")
+_AWARE = r"(?:[zZ]|UTC|GMT|[+-]\d{2}:?\d{2})$"
+
+
+def check_tz(tz: str | None) -> None:
+    """Fail early on a time zone name that zoneinfo does not know.
+
+    Raises:
+        ConfigError: naming the zone and giving examples.
+    """
+    if tz is None:
+        return
+    try:
+        pd.Timestamp("2000-01-01").tz_localize(tz)
+    except (KeyError, ValueError, TypeError, AttributeError) as exc:
+        raise ConfigError(
+            f"unknown time zone {tz!r} ({exc}); pass --tz with an IANA name such as "
+            "Asia/Shanghai, America/Los_Angeles or UTC"
+        ) from exc
+
+
+def _parse_text(text: pd.Series) -> tuple[pd.Series, np.ndarray]:
+    """ISO 8601 text -> UTC-naive or wall-clock datetimes, never raising on odd input.
+
+    Returns:
+        The times (NaT where unparseable or outside 1678..2262) and a mask of those that
+        carried a zone (already converted to UTC); the others are wall-clock times.
+    """
+    try:
+        parsed = pd.to_datetime(text, errors="coerce", format="ISO8601")
+        if getattr(parsed.dt, "tz", None) is None:
+            aware = np.zeros(len(text), dtype=bool)
+        else:  # every value named a zone that the pattern above did not catch
+            parsed = parsed.dt.tz_convert("UTC").dt.tz_localize(None)
+            aware = parsed.notna().to_numpy(dtype=bool)
+    except (ValueError, TypeError, OverflowError):
+        # a mix of zones pandas will not put in one column: go one by one
+        stamps: list[pd.Timestamp | None] = []
+        flags: list[bool] = []
+        for value in text:
+            stamp: pd.Timestamp | None
+            try:
+                stamp = pd.Timestamp(value)
+            except (ValueError, TypeError, OverflowError):
+                stamp = None
+            if stamp is pd.NaT:
+                stamp = None
+            zoned = stamp is not None and stamp.tzinfo is not None
+            if stamp is not None and zoned:
+                stamp = stamp.tz_convert("UTC").tz_localize(None)
+            if stamp is not None and not _EARLIEST <= stamp <= _LATEST:
+                stamp = None
+            stamps.append(stamp)
+            flags.append(zoned)
+        parsed = pd.to_datetime(pd.Series(stamps, index=text.index, dtype=object))
+        aware = np.array(flags, dtype=bool)
+    parsed = pd.Series(parsed, index=text.index)
+    inside = ((parsed >= _EARLIEST) & (parsed <= _LATEST)).to_numpy(dtype=bool)
+    return parsed.where(inside).astype("datetime64[ns]"), aware & inside
+
+
+def parse_local_times(
+    values: pd.Series, tz: str | None
+) -> tuple[pd.Series, np.ndarray, np.ndarray]:
+    """Parse a column of time strings into UTC-naive ``datetime64[ns]``.
+
+    Naive times are wall-clock times in ``tz`` (``None``: taken as UTC); times with an offset
+    or ``Z`` are converted to UTC. Unlike :func:`prism.ingest.base.parse_times` this never
+    raises on a mix of offsets or on years outside what ``datetime64[ns]`` holds: such values
+    are reported as not parsing.
+
+    Args:
+        values: the column as read (strings; numbers are read as their text).
+        tz: IANA zone of the naive times, or ``None``.
+
+    Returns:
+        The times (NaT where empty or bad), a mask of values present that do not parse (or
+        fall outside 1678..2262), and a mask of naive times that do not exist or are
+        ambiguous in ``tz`` (daylight-saving changes).
+
+    Raises:
+        ConfigError: when ``tz`` is not a known zone.
+    """
+    check_tz(tz)
+    n = len(values)
+    text = values.astype("string").str.strip()
+    text = text.where(text != "")
+    present = text.notna().to_numpy(dtype=bool)
+    aware = text.str.contains(_AWARE, regex=True).fillna(False).to_numpy(dtype=bool) & present
+    naive = present & ~aware
+    out = pd.Series(np.full(n, np.datetime64("NaT"), dtype="datetime64[ns]"), index=values.index)
+    tz_bad = np.zeros(n, dtype=bool)
+    if aware.any():
+        zoned = pd.to_datetime(text[aware], errors="coerce", utc=True, format="ISO8601")
+        zoned = pd.Series(zoned, index=text.index[aware]).dt.tz_localize(None)
+        inside = (zoned >= _EARLIEST) & (zoned <= _LATEST)
+        out[aware] = zoned.where(inside).astype("datetime64[ns]")
+    if naive.any():
+        parsed, had_zone = _parse_text(text[naive])
+        if tz:
+            local = parsed.dt.tz_localize(tz, ambiguous="NaT", nonexistent="NaT")
+            converted = local.dt.tz_convert("UTC").dt.tz_localize(None).astype("datetime64[ns]")
+            converted = converted.where(~had_zone, parsed)  # zoned ones are UTC already
+            lost = parsed.notna().to_numpy() & converted.isna().to_numpy()
+            tz_bad[np.flatnonzero(naive)[lost]] = True
+            parsed = converted
+        out[naive] = parsed
+    bad = present & out.isna().to_numpy() & ~tz_bad
+    return out.astype("datetime64[ns]"), bad, tz_bad
+
+
+def is_fractional(values: np.ndarray) -> np.ndarray:
+    """Mask of finite values that are not whole numbers (NaN and inf give ``False``)."""
+    out = np.zeros(len(values), dtype=bool)
+    finite = np.isfinite(values)
+    out[finite] = np.mod(values[finite], 1) != 0
+    return out
+
+
+def locate_malformed_row(
+    data: bytes, n_fields: int, *, first_line: int = 1, delimiter: str = ","
+) -> tuple[int | None, str]:
+    """Find the first line of CSV ``data`` that is not ``n_fields`` fields of UTF-8 text.
+
+    pyarrow's CSV errors do not say which line is at fault; this scans the bytes again (only
+    on the error path) so that the message can name it.
+
+    Args:
+        data: the decompressed file content.
+        n_fields: the number of fields every row must have.
+        first_line: the 1-based line number at which to start checking (2 to skip a header).
+        delimiter: the field delimiter.
+
+    Returns:
+        The 1-based line number (``None`` when every line looks right) and what is wrong there.
+    """
+    for number, raw in enumerate(data.splitlines(), start=1):
+        if number < first_line or not raw.strip(b"\r"):
+            continue
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return number, "the line is not UTF-8 text"
+        fields = next(csv.reader(io.StringIO(text), delimiter=delimiter), [])
+        if len(fields) != n_fields:
+            return number, f"expected {n_fields} fields, found {len(fields)}"
+    return None, ""
