@@ -185,4 +185,5 @@ def test_absurd_span_is_refused_before_it_fills_memory(store: Store, tmp_path: P
         ingest(store, [path], "wide-csv", IngestOptions(cluster="c"))
     assert store.fetch_one("SELECT count(*) FROM samples") == (0,)
     ingest(store, [path], "wide-csv", IngestOptions(cluster="c"), freq="1d")
-    assert store.fetch_one("SELECT n_points FROM series") == (46_753,)  # 1971-01-01 .. 2099-01-01, daily
+    # daily from 1971-01-01 to 2099-01-01
+    assert store.fetch_one("SELECT n_points FROM series") == (46_753,)

@@ -209,5 +209,6 @@ def test_blank_lines_keep_line_numbers_and_short_rows_are_located(
     bad = "j9,c,vc1,A100,-1,8,2026-01-05T00:00:00,2026-01-05T00:01:00,2026-01-05T01:00:00,X"
     with pytest.raises(IngestError, match=r"line 7, column 'num_gpus'"):
         ingest(store, [_write(tmp_path, [GOOD[0], "", GOOD[1], "", GOOD[2], bad])], "jobs-csv")
-    with pytest.raises(IngestError, match=r"line 3: malformed CSV row: expected 10 fields, found 3"):
+    short = r"line 3: malformed CSV row: expected 10 fields, found 3"
+    with pytest.raises(IngestError, match=short):
         ingest(store, [_write(tmp_path, [GOOD[0], "j2,c,vc1", GOOD[2]])], "jobs-csv")
