@@ -128,6 +128,46 @@ def _cmd_series_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_decompose(args: argparse.Namespace) -> int:
+    with _err.status(f"decomposing {args.series_id} ...", spinner="dots") if not args.json else (
+            _nullcontext()):
+        result = services.decompose_series(args.db, args.series_id)
+        if args.plot:
+            services.plot_decomposition(result, args.plot)
+    summary = result.summary(top=args.top)
+    if args.json:
+        _out.print_json(data=summary)
+        return 0
+    periods = pd.DataFrame(summary["periods"], columns=["seconds", "steps", "strength"])
+    periods.insert(0, "period", [_human(s) for s in periods["seconds"]])
+    _out.print(_table(periods, title=f"{args.series_id}: periods"))
+    _out.print(_table(pd.DataFrame(summary["primitives"], columns=["id", "kind", "label",
+                                                                    "share"]),
+                      title="top primitives (share of the detrended variance)"))
+    bursts = pd.DataFrame(summary["bursts"], columns=["start", "end", "peak", "height"])
+    _out.print(_table(bursts.tail(args.top * 2), title=f"bursts ({len(bursts)}; latest shown)"))
+    shifts = pd.DataFrame(summary["level_shifts"], columns=["at", "delta"])
+    if len(shifts):
+        _out.print(_table(shifts, title="level shifts"))
+    shares = summary["variance_share"]
+    _out.print("variance share: " + ", ".join(f"{k} {v:.0%}" for k, v in shares.items()))
+    if args.plot:
+        _out.print(f"plot written to {args.plot}")
+    return 0
+
+
+def _human(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.3g}{unit}"
+    return f"{seconds:.3g}s"
+
+
+@contextmanager
+def _nullcontext() -> Iterator[None]:
+    yield
+
+
 def _cmd_generate(args: argparse.Namespace) -> int:
     with _progress(not args.quiet) as progress:
         result = services.generate_trace(
@@ -227,6 +267,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", required=True, help="FILE.csv or FILE.parquet")
     p.add_argument("--series", action="append", help="a series id (repeatable; default all)")
     p.set_defaults(func=_cmd_series_export)
+
+    p = sub.add_parser("decompose", help="split a series into primitives, periods and bursts")
+    p.add_argument("series_id")
+    p.add_argument("--plot", type=Path, help="draw the decomposition to FILE.png|.svg|.pdf")
+    p.add_argument("--json", action="store_true", help="one JSON object instead of tables")
+    p.add_argument("--top", type=int, default=5, help="primitives to list (default 5)")
+    p.set_defaults(func=_cmd_decompose)
 
     p = sub.add_parser("generate", help="write a realistic synthetic job trace")
     p.add_argument("--output", required=True, type=Path, help="folder for jobs.csv, capacity.csv")

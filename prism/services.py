@@ -24,6 +24,7 @@ from prism.store import Store
 if TYPE_CHECKING:
     from prism.datasets import DownloadResult
     from prism.generate import GeneratedTrace
+    from prism.primitives.decompose import SeriesDecomposition
 
 logger = logging.getLogger(__name__)
 
@@ -205,3 +206,47 @@ def download_dataset(
 
     return datasets.download(name, cache_dir=cache_dir, base_url=base_url, verify=verify,
                              progress=progress)
+
+
+#: At most this many sibling series (same cluster and metric) teach the dictionary.
+_DICTIONARY_SERIES = 64
+
+
+def decompose_series(db: str | Path, series_id: str) -> SeriesDecomposition:
+    """Decompose one stored series into primitives and structural parts.
+
+    The primitive dictionary is learned from the series and its siblings (same cluster and
+    metric, at most 64), so that the atoms are shapes that recur across the cluster.
+
+    Raises:
+        SeriesNotFound: for an unknown series, with the closest ids.
+        DataContractError: when the series is too short to decompose.
+    """
+    from prism.primitives.decompose import decompose
+
+    cluster, _, metric = split_series_id(series_id)
+    with open_store(db, must_exist=True) as store:
+        if store.fetch_one("SELECT 1 FROM series WHERE series_id = ?", [series_id]) is None:
+            raise SeriesNotFound(_not_found(store, series_id))
+        siblings = store.list_series(cluster=cluster, metric=metric)["series_id"].tolist()
+        chosen = [series_id] + [s for s in siblings if s != series_id][: _DICTIONARY_SERIES - 1]
+        panel = store.load_panel(chosen)
+    result = decompose(panel, series_ids=[series_id])
+    return result.series[series_id]
+
+
+def plot_decomposition(decomposition: SeriesDecomposition, output: str | Path) -> Path:
+    """Draw the series, its components and its top atoms to a PNG/SVG/PDF file.
+
+    Raises:
+        ConfigError: for a missing folder or an unsupported extension.
+    """
+    from prism.primitives.plot import plot_decomposition as draw
+
+    path = Path(output)
+    if path.suffix.lower() not in (".png", ".svg", ".pdf"):
+        raise ConfigError(f"cannot draw {str(path)!r}: use a .png, .svg or .pdf file name")
+    if not path.parent.exists():
+        raise ConfigError(f"folder {str(path.parent)!r} does not exist; create it first")
+    draw(decomposition, path)
+    return path

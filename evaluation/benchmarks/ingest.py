@@ -126,7 +126,7 @@ def _worker_reference(path: Path) -> dict[str, Any]:
                               "FROM jobs")
         windows = store.fetch_all(
             "SELECT cluster, epoch(min(ts))::BIGINT, epoch(max(ts))::BIGINT FROM series_values "
-            "JOIN series USING (series_id) GROUP BY cluster")
+            "GROUP BY cluster")
         sql = store.fetch_df(
             "SELECT series_id, epoch(ts)::BIGINT // ? AS k, value FROM series_values "
             "WHERE split_part(series_id, '/', 3) IN ('gpus_in_use', 'gpus_pending')", [FREQ_S])

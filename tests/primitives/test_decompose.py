@@ -1,0 +1,103 @@
+"""The decomposition as a whole: ground truth it must recover, exact sums, the CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from prism.cli import main
+from prism.primitives.decompose import COMPONENTS, decompose
+
+FREQ = "10min"
+DAY, WEEK = 144, 1008
+
+
+def _synthetic(seed: int, n: int = 4 * WEEK) -> tuple[pd.DataFrame, dict[str, object]]:
+    """A panel of 6 series; the first has injected bursts and a level shift."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(n)
+    ts = pd.date_range("2026-01-05", periods=n, freq=FREQ)
+    frames, truth = [], {}
+    for i in range(6):
+        phase = rng.uniform(0, 2 * np.pi)
+        y = (100 + 30 * np.sin(2 * np.pi * t / DAY + phase) + 12 * np.sin(2 * np.pi * t / WEEK)
+             + rng.normal(0, 2, n))
+        if i == 0:
+            starts = rng.choice(np.arange(50, n - 50, 60), size=15, replace=False)
+            spans = []
+            for s in sorted(starts):
+                length = int(rng.integers(1, 5))
+                y[s:s + length] += rng.uniform(40, 70)
+                spans.append((int(s), int(s) + length))
+            shift_at = int(rng.integers(n // 3, 2 * n // 3))
+            y[shift_at:] += 40
+            truth = {"bursts": spans, "shift_at": shift_at}
+        frames.append(pd.DataFrame({"series_id": f"c/vc{i}/gpus_in_use", "ts": ts, "value": y}))
+    return pd.concat(frames, ignore_index=True), truth
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_ground_truth_recovered_and_components_sum(seed: int) -> None:
+    panel, truth = _synthetic(seed)
+    result = decompose(panel, series_ids=["c/vc0/gpus_in_use", "c/vc1/gpus_in_use"])
+    d = result.series["c/vc0/gpus_in_use"]
+    assert list(d.components) == list(COMPONENTS)
+    np.testing.assert_allclose(sum(d.components.values()), d.values, rtol=0, atol=1e-9)
+
+    seconds = sorted(p.seconds for p in d.periods)
+    for expected in (86_400, 604_800):
+        assert any(abs(s - expected) <= 0.02 * expected for s in seconds), seconds
+
+    spans = truth["bursts"]
+    assert isinstance(spans, list)
+    found = [(b.start, b.end) for b in d.bursts]
+    hit = [any(s < fe and fs < e for fs, fe in found) for s, e in spans]
+    true_found = [any(s < fe and fs < e for s, e in spans) for fs, fe in found]
+    assert np.mean(hit) >= 0.9, (spans, found)  # recall
+    assert np.mean(true_found) >= 0.9, (spans, found)  # precision
+
+    assert len(d.level_shifts) >= 1
+    nearest = min(d.level_shifts, key=lambda s: abs(s.at - int(truth["shift_at"])))  # type: ignore[call-overload]
+    assert abs(nearest.at - int(truth["shift_at"])) <= 2  # type: ignore[call-overload]
+    assert nearest.delta == pytest.approx(40, rel=0.25)
+
+    long = result.components
+    assert set(long.columns) == {"series_id", "ts", "component", "value"}
+    summed = long.groupby(["series_id", "ts"])["value"].sum().sort_index()
+    original = panel.set_index(["series_id", "ts"])["value"].loc[summed.index]
+    np.testing.assert_allclose(summed.to_numpy(), original.to_numpy(), atol=1e-9)
+    usage = result.usage
+    assert set(usage["series_id"]) == {"c/vc0/gpus_in_use", "c/vc1/gpus_in_use"}
+    assert (usage["share"] > 0).all() and usage.groupby("series_id")["share"].sum().le(1).all()
+
+
+def test_cli_decompose_json_and_plot(tmp_path: Path, traces: Path,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    db = str(tmp_path / "prism.duckdb")
+    files = sorted((traces / "helios_earth_vc").glob("earth_vc*_1min.csv.gz"))[:6]
+    assert main(["--db", db, "ingest", *map(str, files), "--format", "helios-vc", "-q"]) == 0
+    capsys.readouterr()
+    series = "earth/vc6YE/gpus_in_use" if any("vc6YE" in f.name for f in files) else (
+        f"earth/{files[0].name.split('_')[1]}/gpus_in_use")
+    plot = tmp_path / "d.png"
+    assert main(["--db", db, "decompose", series, "--json", "--plot", str(plot)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert {"periods", "primitives", "bursts"} <= set(out)
+    for p in out["periods"]:
+        assert p["seconds"] > 0 and 0 <= p["strength"] <= 1
+    for p in out["primitives"]:
+        assert isinstance(p["id"], str) and 0 < p["share"] <= 1
+    for b in out["bursts"]:
+        start, end, peak = (pd.Timestamp(b[k]) for k in ("start", "end", "peak"))
+        assert start <= peak < end
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    assert main(["--db", db, "decompose", series]) == 0
+    text = capsys.readouterr().out
+    assert "periods" in text and "top primitives" in text and "variance share" in text
+    assert main(["--db", db, "decompose", "earth/vcNope/gpus_in_use"]) == 1
+    assert "not in the store" in capsys.readouterr().err
