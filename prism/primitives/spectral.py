@@ -9,61 +9,65 @@ Two tools of the PRISM decomposition live here:
 
 Method of :func:`find_periods`, in order:
 
-1. *Robustify.* NaN or infinite values are gaps, filled by linear interpolation. A resistant line
-   (Tukey's three-group line: medians of the first and last thirds) gives a first trend; values
-   further than 5 robust standard deviations from it (1.4826 MAD, or the standard deviation
-   when more than half the values are identical, as on an idle cluster) are winsorised, so that
-   a burst dominates neither the spectrum nor the strengths. A least-squares line is then
-   removed from the clipped series.
-2. *Periodogram.* Hann taper (its sidelobes fall fast, so the large low-frequency power of
-   workload series does not leak onto the lines) and zero padding to twice the length (peaks
-   are sampled finely enough for sub-bin refinement).
-3. *Local background.* Cluster workloads have red spectra: the slow wander of the load has far
-   more power than a faint daily cycle. Shuffled surrogates are white, so against them every
-   slow wiggle would be significant. The periodogram is therefore divided by a robust local
-   background, the median power within +-25 % in frequency (at least +-16 bins) of each
-   frequency. A line fills a few bins of such a window, so the median ignores it.
-4. *Harmonic sums.* A workload cycle is far from a sinusoid (busy hours, then a quiet night), so
-   its power is spread over a fundamental and overtones, and the fundamental can be the weaker.
-   As in pulsar searches, the normalised power is summed over the first ``K = 1..8`` harmonics of
-   each trial frequency (each harmonic taken as the largest value within ``+-K/2`` bins, since the
-   fundamental is only known to half a bin). Each sum is turned into a tail probability with a
-   gamma law whose mean and variance are those of the same sum over the surrogates, and the
-   statistic of a trial frequency is the largest ``-log p`` over ``K``.
-5. *Surrogate threshold.* ``n_surrogates`` random permutations of the robustified series keep
-   the distribution of values (zeros and clipped bursts included) but destroy any periodicity.
-   Each is processed exactly like the data (periodogram, its own background, harmonic sums,
-   ``-log p``), so the test needs no distributional assumption; the gamma law only puts the
-   sums of different ``K`` on one scale. The threshold is the ``1 - alpha`` rank quantile of
-   the surrogates' largest statistic over all trial frequencies: a family-wise test, so white
-   noise yields no period with probability about ``1 - alpha``.
-6. *Candidates.* Local maxima of the statistic above the threshold, with a period of 2 to
-   ``n / min_cycles`` steps, whose fundamental is itself a line (normalised power above the
-   ``1 - alpha`` quantile of single surrogate ordinates; without this, half the frequency of
-   every strong cycle would collect its even harmonics and pass as a period). The frequency is
-   refined by parabolic interpolation of the log power at the fundamental and each significant
-   harmonic ``k`` (near exact on the Gaussian-like Hann main lobe), combined as the weighted
-   least-squares fit of ``f_k = k f``: overtones pin the fundamental down ``k`` times better.
-7. *Confirmation.* The autocorrelation of the series less a centred moving average over
-   ``round(period)`` steps (the average cancels the periodic part exactly, so the difference
-   keeps the cycle but not the slow wander that makes a raw ACF decay monotonically) must peak,
-   over lags within +-10 % of the period, within +-3 % (at least one step) of it, and exceed
-   ``2 / sqrt(n)``.
-8. *Strength and harmonics.* Strength is the share of the variance of the robustified series
-   explained by the mean profile of a fold at the (fractional) period with ``round(period)``
-   phases, less the share that phase means of pure noise explain (the epsilon-squared of a
-   one-way ANOVA; the raw share grows with the number of phases even on noise), clipped to
-   ``0..1``. Candidates are accepted in order of strength. One at (nearly) an accepted period,
-   or at an integer multiple of one (it was not stronger, so it adds nothing), is dropped. One
-   at ``P / k`` of an accepted ``P`` is a harmonic of ``P``'s shape unless it explains at least
-   half of what ``P`` explains: a day inside a week does (the weekly profile is mostly the daily
-   one), the 12-hour overtone of a peaked daily profile does not.
+1. *Robustify.* NaN or infinite values are gaps. A run of one repeated value far longer than
+   the series' usual runs (an outage at 0 GPUs, a stuck counter) is a gap too; the long idle
+   stretches of an idle cluster are its usual runs and stay values. Gaps are filled by linear
+   interpolation. Bursts are winsorised: deviations from a running median (half-width
+   ``n / 100`` steps) are clipped at 5 robust standard deviations (1.4826 MAD, or the standard
+   deviation when more than half of them are equal). A least-squares line is removed.
+2. *Periodogram.* Hann taper (its sidelobes fall fast, so the large low-frequency power of a
+   workload does not leak onto the lines) and zero padding to twice the length.
+3. *Local background.* Workloads have red spectra: the slow wander of the load has far more
+   power than a faint daily cycle, and shuffled surrogates are white, so against them every
+   slow wiggle would be significant. The periodogram is divided by a robust local background:
+   the median power within +-25 % in frequency (at least +-16 bins), where a line fills too few
+   bins to move it. At the lowest frequencies such a window would be lopsided (it cannot reach
+   below the first bin) and would sit under the steep red spectrum; a resistant power-law fit
+   over the first bins replaces it there.
+4. *Surrogate threshold.* ``n_surrogates`` random permutations of the robustified series
+   destroy any periodicity but keep the distribution of values (zeros and clipped bursts
+   included). They are normalised exactly like the series, one ``rfft`` over a 2-D array.
+   Periods of every scale being a priori alike, the error rate is shared between the octaves
+   of period (2-4 steps, 4-8 steps, ...): in each, the largest normalised ordinate of every
+   surrogate is recorded, a Gumbel law is fitted to these maxima (location per octave, scale
+   common to all) and its ``1 - alpha / octaves`` quantile is the threshold. The whole search
+   is thus a family-wise test at ``alpha``: white or red noise yields no period with
+   probability about ``1 - alpha``.
+5. *Candidates.* Local maxima of the normalised periodogram above the threshold, with periods
+   of 2 to ``n / min_cycles`` steps. The frequency is refined by parabolic interpolation of the
+   log power (near exact on the Gaussian-like Hann main lobe) at the line and at each of its
+   overtones that is significant on its own, combined as the weighted least-squares fit of
+   ``f_k = k f``: a week spans only four or five bins of a month, its seventh harmonic (the
+   day) pins it down seven times better.
+6. *Confirmation.* From the shortest candidate up, each on the series less the mean profiles
+   of the shorter periods already confirmed (so that a strong short cycle does not put its own
+   autocorrelation peaks next to a longer lag, and a week must repeat beyond its days): the
+   autocorrelation at ``round(period)`` of that series less a centred moving average over one
+   period (which keeps the cycle but not the slow wander that makes a raw ACF decay
+   monotonically) must exceed ``2 / sqrt(n)`` and the autocorrelation at half the period.
+7. *Strength.* The share of the variance of the robustified series less a moving average over
+   one period (as in a classical decomposition, so the slow wander, which no cycle explains,
+   does not dilute it) that the mean profile of a fold at the (fractional) period explains,
+   with ``round(period)`` phases, corrected for the share that phase means of pure noise
+   explain (the epsilon-squared of a one-way ANOVA). This is the seasonal strength of Wang,
+   Smith and Hyndman (2006) with the profile as the seasonal part; it is in ``0..1``.
+8. *Harmonics.* A period ``P / k`` of another found period ``P`` is an overtone of ``P``'s shape
+   (the 12 hours of a peaked daily profile) when its line is the weaker of the two and it
+   explains less than half of ``P``'s profile; it is dropped. A day inside a week explains most
+   of the weekly profile, and a day whose line is stronger than that of a longer multiple is a
+   fundamental of its own: both stay. A period of strength 0 (a line whose profile explains no
+   more than noise would) is dropped too.
+
+Summing the power of several harmonics of each trial frequency (as pulsar searches do) was
+tried and left out: on the Helios traces it raised the thresholds more than it raised the
+lines, which are close to sinusoidal there.
 
 :class:`SpectralRefiner` divides the residual's (Hann-tapered, padded) periodogram by the same
 robust local background, the noise floor. It then repeatedly takes the highest peak above the
 threshold, refits all kept sinusoids by linear least squares and removes them (a CLEAN-like
-greedy search), and finally refines all frequencies, amplitudes and phases jointly by non-linear
-least squares (the Gaussian maximum-likelihood fit), which keeps long extrapolations in phase.
+greedy search), and finally refines all frequencies, amplitudes and phases jointly by
+non-linear least squares (the Gaussian maximum-likelihood fit), which keeps long
+extrapolations in phase.
 """
 
 from __future__ import annotations
@@ -87,8 +91,8 @@ IntArray = NDArray[np.intp]
 
 # 1.4826 * MAD estimates the standard deviation of Gaussian noise.
 _MAD_TO_SIGMA = 1.4826
-# Winsorise at this many robust standard deviations: wide enough that the daily swing of a busy
-# cluster is not clipped, narrow enough that a burst of ten times the noise is.
+# Winsorise deviations from the running median at this many robust standard deviations: noise
+# is never clipped, a burst of ten times the noise is.
 _CLIP_SIGMAS = 5.0
 # Relative to the largest |value| (the series is scaled to [-1, 1]): a spread below this is
 # rounding error, so a constant series has no periods.
@@ -117,15 +121,16 @@ _BG_GRID = 28
 _BG_MAX_SAMPLES = 96
 # Overtones used to refine a line's frequency.
 _REFINE_HARMONICS = 8
+# The Euler-Mascheroni constant: mean of the standard Gumbel law.
 _EULER_GAMMA = 0.5772156649015329
-# Base permutations drawn per factor; surrogates are compositions of two of them (see
-# _surrogates), so 10 x 10 covers the default 99 surrogates.
-_BASE_PERMS = 10
+# The refiner keeps no sinusoid slower than this many cycles over the residual: slower, it is
+# a trend, and a sinusoid fitted to a trend turns back soon after the end.
+_REFINER_MIN_CYCLES = 2.0
 # Two periods closer than this (relative) are the same period.
 _SAME_PERIOD = 0.03
 # A shorter period P / k is its own period if it explains at least this share of what P does.
 _OWN_PERIOD_SHARE = 0.5
-# Candidates examined at most (highest statistic first); more would only be noise peaks.
+# Candidate lines examined at most (highest over threshold first); more are noise peaks.
 _MAX_CANDIDATES = 16
 
 
@@ -255,8 +260,10 @@ class _Background:
     low: tuple[int, int, int]  # (start, stop, step) of the power-law window
     low_centres: FloatArray  # log frequencies of the grid points it serves
     windows: list[tuple[int, int, int]]  # (start, stop, step) of the other grid points
-    left: IntArray  # for each bin: the grid point at or below it
-    weight: FloatArray  # and the log-log interpolation weight of the next one
+    # Linear interpolation in log frequency, per stretch of bins between two grid points:
+    # (first bin, stop bin, left grid point) and the weight of the right one, per bin.
+    stretches: list[tuple[int, int, int]]
+    weight: FloatArray
     log_freq: FloatArray  # log of the bin index (bin 0 counted as 1)
 
     @classmethod
@@ -281,28 +288,33 @@ class _Background:
         low_stop = min(int(2.0 * min_half) + 2, nbins)
         grid = np.log(centres)
         log_freq = np.log(np.maximum(np.arange(nbins, dtype=np.float64), 1.0))
-        top = max(grid.size - 2, 0)
-        left = np.clip(np.searchsorted(grid, log_freq, side="right") - 1, 0, top)
-        if grid.size > 1:
-            weight = np.clip((log_freq - grid[left]) / (grid[left + 1] - grid[left]), 0.0, 1.0)
-        else:
+        if grid.size == 1:
+            left = np.zeros(nbins, dtype=np.intp)
             weight = np.zeros(nbins)
+        else:
+            left = np.clip(np.searchsorted(grid, log_freq, side="right") - 1, 0, grid.size - 2)
+            weight = np.clip((log_freq - grid[left]) / (grid[left + 1] - grid[left]), 0.0, 1.0)
+        # Bins between two grid points are contiguous: slices, not gathers, for 99 rows.
+        edges = np.flatnonzero(np.diff(left)) + 1
+        starts = np.concatenate(([0], edges))
+        stops = np.concatenate((edges, [nbins]))
+        stretches = [(int(a), int(b), int(left[a])) for a, b in zip(starts, stops, strict=True)]
         return cls(
             low=(1, low_stop, base_step),
             low_centres=np.array(low_centres),
             windows=windows,
-            left=left.astype(np.intp),
+            stretches=stretches,
             weight=weight,
             log_freq=log_freq,
         )
 
     def of(self, power: NDArray[np.floating]) -> NDArray[np.floating]:
         """The background of periodogram rows (same shape, strictly positive)."""
-        log_power = np.log(np.maximum(power, np.finfo(power.dtype).tiny))
+        tiny = np.finfo(power.dtype).tiny
         levels: list[NDArray[np.floating]] = []
         if self.low_centres.size:
             lo, hi, step = self.low
-            seg = log_power[..., lo:hi:step]
+            seg = np.log(np.maximum(power[..., lo:hi:step], tiny))
             lf = self.log_freq[lo:hi:step].astype(power.dtype)
             third = seg.shape[-1] // 3
             slope = np.zeros(seg.shape[:-1], dtype=power.dtype)
@@ -313,15 +325,20 @@ class _Background:
             level = np.median(seg - slope[..., None] * lf, axis=-1)
             levels.extend(level + slope * c for c in self.low_centres)
         # A window centred on its frequency needs no line: its median is unbiased for any
-        # monotone spectrum, and less noisy.
-        levels.extend(np.median(log_power[..., a:b:s], axis=-1) for a, b, s in self.windows)
+        # monotone spectrum, and less noisy. (The log of a median is the median of the logs.)
+        levels.extend(
+            np.log(np.maximum(np.median(power[..., a:b:s], axis=-1), tiny))
+            for a, b, s in self.windows
+        )
         log_levels = np.stack(levels, axis=-1)
         if log_levels.shape[-1] == 1:
             return np.asarray(np.exp(np.broadcast_to(log_levels, power.shape)))
-        a = np.take(log_levels, self.left, axis=-1)
-        b = np.take(log_levels, self.left + 1, axis=-1)
-        w = self.weight.astype(power.dtype)
-        return np.asarray(np.exp(a + (b - a) * w))
+        out = np.empty_like(power)
+        weight = self.weight.astype(power.dtype)
+        for start, stop, j in self.stretches:
+            left, right = log_levels[..., j : j + 1], log_levels[..., j + 1 : j + 2]
+            out[..., start:stop] = left + (right - left) * weight[start:stop]
+        return np.asarray(np.exp(out, out=out))
 
 
 def _refine_peak(log_power: FloatArray, k: int) -> float:
@@ -480,6 +497,7 @@ def _check_args(
 class _Spectrum:
     """The normalised periodogram of one series and its surrogate thresholds."""
 
+    nfft: int  # FFT length (bin i is frequency i / nfft)
     ratio: FloatArray  # periodogram over local background, per padded bin
     log_power: FloatArray
     thresholds: FloatArray  # per padded bin; inf outside the band of periods
@@ -533,6 +551,7 @@ def _spectrum(
     thresholds = np.full(nbins, np.inf)
     thresholds[lo_bin:] = per_octave[octave]
     return _Spectrum(
+        nfft=nfft,
         ratio=ratio,
         log_power=np.log(np.maximum(power, np.finfo(np.float64).tiny)),
         thresholds=thresholds,
@@ -584,7 +603,7 @@ def find_periods(
     spec = _spectrum(x, min_cycles, alpha, int(n_surrogates), random_state)
     if spec is None:
         return []
-    n, nfft = x.size, 2 * (spec.ratio.size - 1)
+    n, nfft = x.size, spec.nfft
 
     lines: list[tuple[float, int]] = []  # (period, peak bin), strongest line first
     for i in _local_maxima(spec.ratio, spec.thresholds)[:_MAX_CANDIDATES]:
@@ -708,17 +727,22 @@ def _is_multiple(long: float, short: float, n: int) -> bool:
 class SpectralRefiner:
     """Sinusoids that stand out of a residual's spectrum, fitted and continued.
 
+    The noise floor is the robust local background of the residual's periodogram (as in
+    :func:`find_periods`), so a red residual does not pass its slow wander off as sinusoids.
+    Only frequencies with at least two cycles over the residual are considered: anything
+    slower is a trend, and a sinusoid fitted to a trend turns back soon after the end.
+
     Args:
-        max_terms: at most this many sinusoids are kept.
-        threshold: ``"adaptive"``: a peak must exceed the robust local noise floor (median
-            periodogram power) by the factor that one white-noise ordinate exceeds with
-            probability ``0.05 / (n / 2)``, i.e. 0.05 false terms expected on white noise;
-            ``"surrogate"``: the largest normalised power of 99 shuffled copies of the residual;
-            a number: that factor over the noise floor.
+        max_terms: at most this many sinusoids are kept (0 keeps none).
+        threshold: ``"adaptive"``: a line must exceed the noise floor (a median) by the factor
+            that one Gaussian-noise ordinate exceeds with probability ``0.05 / (n / 2)``, so
+            about 0.05 false terms are expected on white noise; ``"surrogate"``: the largest
+            normalised ordinate of 99 shuffled copies of the residual; a number: that factor
+            over the noise floor.
         random_state: seed of the shuffles of ``threshold="surrogate"``.
 
     Attributes:
-        frequencies_: kept frequencies in cycles per step, shape ``(terms,)``, by amplitude.
+        frequencies_: kept frequencies in cycles per step, largest amplitude first.
         amplitudes_: their amplitudes, in the unit of the residual.
         phases_: their phases in radians: term ``j`` is
             ``amplitudes_[j] * cos(2 * pi * frequencies_[j] * t + phases_[j])`` at step ``t``
@@ -840,18 +864,19 @@ class SpectralRefiner:
         # The floor comes from the residual as given: its median ignores the few lines, and
         # keeping it fixed stops it sinking as the lines are removed.
         floor = background.of(np.asarray(_periodogram(y, nfft), dtype=np.float64))
-        factor = self._factor(y, nfft, background)
+        lowest = int(math.ceil(_REFINER_MIN_CYCLES * nfft / n))
+        factor = self._factor(y, nfft, background, lowest)
         chosen: list[float] = []
         current = y
         for _ in range(int(self.max_terms)):
             p = np.asarray(_periodogram(current, nfft), dtype=np.float64)
             ratio = p / floor
-            ratio[0] = 0.0
+            ratio[:lowest] = 0.0
             k = int(np.argmax(ratio))
             if ratio[k] <= factor:
                 break
             f = _refine_peak(np.log(np.maximum(p, np.finfo(np.float64).tiny)), k) / nfft
-            f = float(min(max(f, 0.5 / n), 0.5))
+            f = float(min(max(f, _REFINER_MIN_CYCLES / n), 0.5))
             if any(abs(f - g) < 0.5 / n for g in chosen):
                 break  # the same line again: least squares could not remove it further
             chosen.append(f)
@@ -871,7 +896,8 @@ class SpectralRefiner:
             np.asarray(phases[order], dtype=np.float64),
         )
 
-    def _factor(self, y: FloatArray, nfft: int, background: _Background) -> float:
+    def _factor(self, y: FloatArray, nfft: int, background: _Background, lowest: int) -> float:
+        """The factor over the noise floor that a line must exceed (see ``threshold``)."""
         n = y.size
         th = self.threshold
         if th == "adaptive":
@@ -881,7 +907,7 @@ class SpectralRefiner:
         if th == "surrogate":
             rng = np.random.default_rng(self.random_state)
             sp = np.asarray(_periodogram(_surrogates(y, 99, rng), nfft), dtype=np.float64)
-            return float(np.max((sp / background.of(sp))[:, 1:]))
+            return float(np.max((sp / background.of(sp))[:, lowest:]))
         return float(th)
 
 
