@@ -20,6 +20,8 @@ class Settings(BaseSettings):
         api_token: bearer token the REST API requires on ``/v1`` when set (``PRISM_API_TOKEN``).
         catalogue_url: base URL that overrides the origin of every catalogue download
             (``PRISM_CATALOGUE_URL``); used for mirrors and by the tests.
+        memory_limit: DuckDB's memory limit, e.g. ``2GB`` (``PRISM_MEMORY_LIMIT``; default:
+            DuckDB's own, 80 % of RAM). Larger aggregations then spill to disk.
     """
 
     model_config = SettingsConfigDict(env_prefix="PRISM_", extra="ignore")
@@ -28,6 +30,7 @@ class Settings(BaseSettings):
     cache_dir: Path = Path.home() / ".cache" / "prism"
     api_token: str | None = None
     catalogue_url: str | None = None
+    memory_limit: str | None = None
 
 
 @lru_cache(maxsize=1)

@@ -18,6 +18,7 @@ import duckdb
 import pandas as pd
 import pyarrow as pa
 
+from prism.config import get_settings
 from prism.errors import ConfigError, PrismError, SeriesNotFound
 
 logger = logging.getLogger(__name__)
@@ -73,8 +74,15 @@ class Store:
             self._init_schema()
 
     @classmethod
-    def open(cls, path: str | Path = ":memory:", *, read_only: bool = False) -> Store:
+    def open(
+        cls, path: str | Path = ":memory:", *, read_only: bool = False,
+        memory_limit: str | None = None,
+    ) -> Store:
         """Open or create the store at ``path`` (``:memory:`` for a throw-away one).
+
+        ``memory_limit`` (e.g. ``"1GB"``; default ``PRISM_MEMORY_LIMIT``, else DuckDB's 80 % of
+        RAM) bounds DuckDB's memory: larger joins and aggregations spill to disk next to the
+        file.
 
         Raises:
             ConfigError: when the file cannot be opened (locked by another process, not a
@@ -90,8 +98,12 @@ class Store:
                 )
         try:
             # Rows carry their order in columns (ts, _line): DuckDB may insert in parallel.
-            conn = duckdb.connect(target, read_only=read_only,
-                                  config={"preserve_insertion_order": False})
+            config: dict[str, str | bool | int | float | list[str]] = {
+                "preserve_insertion_order": False}
+            limit = memory_limit or get_settings().memory_limit
+            if limit:
+                config["memory_limit"] = limit
+            conn = duckdb.connect(target, read_only=read_only, config=config)
         except duckdb.Error as exc:
             raise ConfigError(
                 f"cannot open store {target!r}: {exc}. Fix: close the other process using it, "

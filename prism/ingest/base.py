@@ -13,7 +13,7 @@ from __future__ import annotations
 import gzip
 import io
 import zlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -147,6 +147,13 @@ class Adapter:
         the file name); part of the content hash."""
         return ""
 
+    def stream(self, path: Path, options: IngestOptions) -> Iterator[pa.Table] | None:
+        """Canonical ``jobs`` rows in Arrow chunks, for files that need no row-level report:
+        memory stays bounded however large the file. ``None`` when the adapter (or this file)
+        has no such path; the iterator raises :class:`SlowPath` when a chunk turns out to need
+        :meth:`read` after all (the pipeline then drops what it inserted and calls it)."""
+        return None
+
     def read(self, path: Path, options: IngestOptions) -> Batch:
         """Read ``path`` into a batch of canonical rows.
 
@@ -210,6 +217,70 @@ def read_bytes(path: Path) -> bytes:
             fix="convert the file to UTF-8, e.g. iconv -f latin1 -t utf-8",
         ) from exc
     return raw
+
+
+class SlowPath(Exception):  # noqa: N818 - a signal, not an error users see
+    """Raised by a streaming fast path when the file needs the slow path after all."""
+
+
+#: Rows per chunk of a streamed ingest: bounded memory, big enough for fast inserts.
+STREAM_BLOCK_BYTES = 64 << 20
+
+
+def stream_arrow(
+    path: Path, column_types: dict[str, pa.DataType]
+) -> tuple[list[str], Iterator[pa.Table]] | None:
+    """The typed fast read in chunks: ``(column names, chunks)``, or ``None`` when the file
+    cannot start on the fast path. A chunk that does not parse raises :class:`SlowPath`.
+
+    Raises:
+        IngestError: for a missing file.
+    """
+    if not path.exists():
+        raise IngestError("file not found", path=str(path), fix="check the path")
+    if _is_parquet(path):
+        try:
+            handle = pq.ParquetFile(path)
+            names = list(handle.schema_arrow.names)
+        except (pa.ArrowException, OSError, ValueError):
+            return None
+
+        def parquet_chunks() -> Iterator[pa.Table]:
+            try:
+                for batch in handle.iter_batches(batch_size=1 << 20):
+                    table = pa.Table.from_batches([batch])
+                    for name, kind in column_types.items():
+                        if name in table.column_names and table.schema.field(name).type != kind:
+                            i = table.column_names.index(name)
+                            table = table.set_column(i, name, pc.cast(table[name], kind))
+                    yield table
+            except (pa.ArrowException, OSError, ValueError) as exc:
+                raise SlowPath(str(exc)) from exc
+
+        return names, parquet_chunks()
+    try:
+        opener = gzip.open if _is_gzip(path) else open
+        with opener(path, "rb") as handle_:
+            head = handle_.readline().decode("utf-8").strip()
+        if not head:
+            return None
+        header = head.split(",")
+        types = {c: t for c, t in column_types.items() if c in header}
+        convert = pacsv.ConvertOptions(column_types=types, strings_can_be_null=True,
+                                       timestamp_parsers=[pacsv.ISO8601])
+        reader = pacsv.open_csv(path, read_options=pacsv.ReadOptions(
+            block_size=STREAM_BLOCK_BYTES), convert_options=convert)
+    except (pa.ArrowException, OSError, EOFError, zlib.error, UnicodeDecodeError):
+        return None  # the slow path says what is wrong (empty, truncated, malformed)
+
+    def csv_chunks() -> Iterator[pa.Table]:
+        try:
+            for batch in reader:
+                yield pa.Table.from_batches([batch])
+        except (pa.ArrowException, OSError, EOFError, zlib.error, UnicodeDecodeError) as exc:
+            raise SlowPath(str(exc)) from exc
+
+    return header, csv_chunks()
 
 
 def read_arrow(path: Path, column_types: dict[str, pa.DataType]) -> pa.Table | None:

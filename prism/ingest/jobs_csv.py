@@ -13,6 +13,7 @@ list columns to drop with ``--option ignore=col1,col2``.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -27,14 +28,15 @@ from prism.ingest.base import (
     Batch,
     IngestOptions,
     RowChecker,
+    SlowPath,
     check_jobs,
     job_frame,
     parse_numbers,
     parse_times,
-    read_arrow,
     read_table,
     register,
     reject_unknown_columns,
+    stream_arrow,
 )
 from prism.schema import EARLIEST_TS, JOB_COLUMNS, LATEST_TS
 
@@ -78,9 +80,19 @@ class JobsCsvAdapter(Adapter):
     def read(self, path: Path, options: IngestOptions) -> Batch:
         """Read a job CSV/Parquet file; see the module docstring for the columns."""
         columns = mapped_columns(options, _FIELDS)
-        fast = self._read_fast(path, options, columns)
+        fast = self.stream(path, options)
         if fast is not None:
-            return fast
+            try:
+                chunks = list(fast)
+            except SlowPath:
+                pass
+            else:
+                frame = pa.concat_tables(chunks) if chunks else None
+                if frame is not None:
+                    first = 1 if path.suffix in (".parquet", ".pq") else 2  # CSV header: 1
+                    lines = pa.array(np.arange(first, frame.num_rows + first, dtype=np.int64))
+                    return Batch(kind="jobs", frame=frame.append_column(LINE, lines),
+                                 source=self.name)
         unit = options.extra.get("time_unit")
         types = None if unit else {columns[f]: t for f, t in _TYPES.items()}
         if options.tz and types:
@@ -128,25 +140,40 @@ class JobsCsvAdapter(Adapter):
         good, rejects = checker.finish()
         return Batch(kind="jobs", frame=good, source=self.name, rejects=rejects)
 
-    def _read_fast(
-        self, path: Path, options: IngestOptions, columns: dict[str, str]
-    ) -> Batch | None:
-        """Arrow all the way (no pandas) for clean files: typed read, vectorised checks.
+    def stream(self, path: Path, options: IngestOptions) -> Iterator[pa.Table] | None:
+        """Arrow all the way (no pandas) for clean files: typed chunked read, vectorised checks.
 
-        Returns ``None`` when the file needs the slow path: local times or numeric times, a
-        value that does not parse, or a row that fails a check (the slow path then names it).
+        ``None`` when the file needs the slow path from the start (local or numeric times, a
+        column problem); a chunk with a value that does not parse, or a row that fails a check,
+        raises :class:`SlowPath` (the slow path then names the row).
         """
         if options.tz or options.extra.get("time_unit"):
             return None
-        table = read_arrow(path, {columns[f]: t for f, t in _TYPES.items()})
-        if table is None:
+        columns = mapped_columns(options, _FIELDS)
+        opened = stream_arrow(path, {columns[f]: t for f, t in _TYPES.items()})
+        if opened is None:
             return None
+        names, chunks = opened
         ignore = [c.strip() for c in options.extra.get("ignore", "").split(",") if c.strip()]
-        known = {*columns.values(), *ignore, LINE}
-        unknown = [c for c in table.column_names if c not in known]
-        if unknown or any(columns[f] not in table.column_names
-                          for f in ("job_id", "num_gpus", "submit_ts")):
+        known = {*columns.values(), *ignore}
+        if any(c not in known for c in names) or any(
+                columns[f] not in names for f in ("job_id", "num_gpus", "submit_ts")):
             return None  # the slow path reports the column problem
+        if options.cluster is None and columns["cluster"] not in names:
+            return None
+
+        def canonical() -> Iterator[pa.Table]:
+            for table in chunks:
+                jobs = self._canonical(table, columns, options)
+                if not _clean(jobs):
+                    raise SlowPath("a row fails a check")
+                yield jobs
+
+        return canonical()
+
+    def _canonical(
+        self, table: pa.Table, columns: dict[str, str], options: IngestOptions
+    ) -> pa.Table:
         n = table.num_rows
         arrays: dict[str, pa.Array | pa.ChunkedArray] = {"source": _constant(self.name, n)}
         for field in _FIELDS:
@@ -157,11 +184,7 @@ class JobsCsvAdapter(Adapter):
                 arrays[field] = table[col]
             else:
                 arrays[field] = pa.nulls(n, type=_TYPES[field])
-        arrays[LINE] = table[LINE]
-        jobs = pa.table(arrays)
-        if not _clean(jobs):
-            return None
-        return Batch(kind="jobs", frame=jobs, source=self.name)
+        return pa.table(arrays)
 
 
 def _clean(jobs: pa.Table) -> bool:

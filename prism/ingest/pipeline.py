@@ -26,9 +26,11 @@ from prism.ingest.base import (
     CAPACITY_COLUMNS,
     LINE,
     SAMPLE_COLUMNS,
+    Adapter,
     Batch,
     IngestOptions,
     Reject,
+    SlowPath,
 )
 from prism.schema import FILL_POLICIES, JOB_COLUMNS, freq_seconds
 from prism.store import Store
@@ -122,7 +124,7 @@ def ingest(
     if not files:
         raise ConfigError("no files to ingest: pass one or more paths")
     report = IngestReport()
-    pending: list[tuple[Path, str, Batch]] = []
+    pending: list[tuple[Path, str, Batch | None]] = []  # None: streamed in the write stage
     clock = time.perf_counter()
     for i, path in enumerate(files):
         if not path.exists():
@@ -134,16 +136,26 @@ def ingest(
         if seen is not None:
             report.files.append(FileReport(str(path), "unchanged", 0, 0, seen[0]))
             logger.info("%s: already ingested (same content), skipped", path)
+        elif adapter.stream(path, options) is not None:
+            pending.append((path, digest, None))  # read while writing, chunk by chunk
         else:
-            batch = adapter.read(path, options)
-            pending.append((path, digest, batch))
+            pending.append((path, digest, adapter.read(path, options)))
         if progress:
             progress("read", i + 1, len(files))
     report.timings["read"] = time.perf_counter() - clock
     clock = time.perf_counter()
     touched: set[str] = set()
     with store.transaction():
-        for i, (path, digest, batch) in enumerate(pending):
+        for i, (path, digest, maybe) in enumerate(pending):
+            streamed = _write_stream(store, path, fmt, digest, maybe, adapter, options)
+            if streamed is not None:
+                ingest_id, rows, clusters = streamed
+                touched.update(clusters)
+                report.files.append(FileReport(str(path), "ingested", rows, 0, ingest_id))
+                if progress:
+                    progress("write", i + 1, len(pending))
+                continue
+            batch = maybe if maybe is not None else adapter.read(path, options)
             ingest_id, rows = _write(store, path, fmt, digest, batch, options)
             touched.update(batch.clusters or ([options.cluster] if options.cluster else []))
             report.files.append(
@@ -180,6 +192,57 @@ def _clusters_named(store: Store, options: IngestOptions, touched: set[str]) -> 
         row = store.fetch_one("SELECT 1 FROM clusters WHERE cluster = ?", [options.cluster])
         return [options.cluster] if row else []
     return []
+
+
+def _write_stream(
+    store: Store, path: Path, fmt: str, digest: str, batch: Batch | None, adapter: Adapter,
+    options: IngestOptions,
+) -> tuple[int, int, list[str]] | None:
+    """Insert a file chunk by chunk from the adapter's stream (bounded memory).
+
+    Returns ``(ingest_id, rows, clusters)``, or ``None`` when the file needs the slow path:
+    a chunk failed to parse or to pass a check, or a job id repeats (the slow path names the
+    row); what was inserted of it is deleted first.
+    """
+    if batch is not None:
+        return None
+    chunks = adapter.stream(path, options)
+    if chunks is None:
+        return None
+    row = store.fetch_one("SELECT nextval('ingest_id_seq')")
+    assert row is not None
+    ingest_id = int(row[0])
+    rows = 0
+    try:
+        for chunk in chunks:
+            rows += store.insert_frame("jobs", chunk, JOB_COLUMNS, {"ingest_id": ingest_id})
+    except SlowPath:
+        store.execute("DELETE FROM jobs WHERE ingest_id = ?", [ingest_id])
+        return None
+    clusters = [r[0] for r in store.fetch_all(
+        "SELECT DISTINCT cluster FROM jobs WHERE ingest_id = ? ORDER BY cluster", [ingest_id])]
+    if rows == 0 or not store.fetch_df(_DUPLICATES_SQL, [ingest_id, clusters, ingest_id]).empty:
+        store.execute("DELETE FROM jobs WHERE ingest_id = ?", [ingest_id])
+        return None
+    window = store.fetch_one(
+        """SELECT min(submit_ts), greatest(max(submit_ts), max(start_ts), max(end_ts))
+           FROM jobs WHERE ingest_id = ?""", [ingest_id])
+    assert window is not None
+    store.execute(
+        """INSERT INTO ingests (ingest_id, content_hash, format, path, cluster, kind, rows,
+               rejected, obs_start, obs_end, options, ingested_at)
+           VALUES (?, ?, ?, ?, ?, 'jobs', ?, 0, ?, ?, ?, now()::TIMESTAMP)""",
+        [ingest_id, digest, fmt, str(path), ",".join(clusters), rows, window[0], window[1],
+         options.content_key()],
+    )
+    logger.info("%s: %d rows (streamed) as ingest %d", path, rows, ingest_id)
+    return ingest_id, rows, clusters
+
+
+_DUPLICATES_SQL = """
+    SELECT cluster, job_id, count(*) FILTER (WHERE ingest_id <> ?) AS before
+    FROM jobs WHERE list_contains(?, cluster) GROUP BY cluster, job_id
+    HAVING count(*) > 1 AND count(*) FILTER (WHERE ingest_id = ?) > 0"""
 
 
 def _write(
@@ -264,12 +327,7 @@ def _check_duplicate_jobs(
     Returns:
         The number of this batch's rows left in ``jobs``.
     """
-    dupes = store.fetch_df(
-        """SELECT cluster, job_id, count(*) FILTER (WHERE ingest_id <> ?) AS before
-           FROM jobs WHERE list_contains(?, cluster) GROUP BY cluster, job_id
-           HAVING count(*) > 1 AND count(*) FILTER (WHERE ingest_id = ?) > 0""",
-        [ingest_id, clusters, ingest_id],
-    )
+    dupes = store.fetch_df(_DUPLICATES_SQL, [ingest_id, clusters, ingest_id])
     if dupes.empty:
         return len(batch.frame)
     rows = batch.rows()
