@@ -52,9 +52,10 @@ def _progress(enabled: bool) -> Iterator[Callable[[str, int, int], None] | None]
         tasks: dict[str, TaskID] = {}
 
         def update(stage: str, done: int, total: int) -> None:
+            # total 0: not known yet (rows of a streamed file): an indeterminate bar
             if stage not in tasks:
-                tasks[stage] = bar.add_task(stage, total=total)
-            bar.update(tasks[stage], completed=done, total=total)
+                tasks[stage] = bar.add_task(stage, total=total or None)
+            bar.update(tasks[stage], completed=done, total=max(total, done) or None)
 
         yield update
 

@@ -37,7 +37,8 @@ from prism.store import Store
 
 logger = logging.getLogger(__name__)
 
-#: progress(stage, done, total): stages "read", "write", "derive".
+#: progress(stage, done, total): stages "read", "write", "derive" (files), and "rows" (rows
+#: inserted of a streamed file; total is an estimate, 0 when unknown).
 Progress = Callable[[str, int, int], None]
 
 
@@ -147,7 +148,8 @@ def ingest(
     touched: set[str] = set()
     with store.transaction():
         for i, (path, digest, maybe) in enumerate(pending):
-            streamed = _write_stream(store, path, fmt, digest, maybe, adapter, options)
+            streamed = _write_stream(store, path, fmt, digest, maybe, adapter, options,
+                                     progress)
             if streamed is not None:
                 ingest_id, rows, clusters = streamed
                 touched.update(clusters)
@@ -196,7 +198,7 @@ def _clusters_named(store: Store, options: IngestOptions, touched: set[str]) -> 
 
 def _write_stream(
     store: Store, path: Path, fmt: str, digest: str, batch: Batch | None, adapter: Adapter,
-    options: IngestOptions,
+    options: IngestOptions, progress: Progress | None = None,
 ) -> tuple[int, int, list[str]] | None:
     """Insert a file chunk by chunk from the adapter's stream (bounded memory).
 
@@ -212,13 +214,19 @@ def _write_stream(
     row = store.fetch_one("SELECT nextval('ingest_id_seq')")
     assert row is not None
     ingest_id = int(row[0])
-    rows = 0
+    rows, size, estimate = 0, path.stat().st_size, 0
     try:
         for chunk in chunks:
             rows += store.insert_frame("jobs", chunk, JOB_COLUMNS, {"ingest_id": ingest_id})
+            if progress:  # rows so far, and the total guessed from the bytes per row so far
+                if path.suffix == ".csv" and chunk.num_rows:
+                    estimate = max(rows, int(size / max(1.0, chunk.nbytes / chunk.num_rows)))
+                progress("rows", rows, estimate)
     except SlowPath:
         store.execute("DELETE FROM jobs WHERE ingest_id = ?", [ingest_id])
         return None
+    if progress:
+        progress("rows", rows, rows)
     clusters = [r[0] for r in store.fetch_all(
         "SELECT DISTINCT cluster FROM jobs WHERE ingest_id = ? ORDER BY cluster", [ingest_id])]
     if rows == 0 or not store.fetch_df(_DUPLICATES_SQL, [ingest_id, clusters, ingest_id]).empty:
