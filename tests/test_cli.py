@@ -146,3 +146,13 @@ def test_datasets_list_and_download_then_ingest(tmp_path: Path, traces: Path,
     assert main(["--db", db, "series", "show", "alibaba-v2023/all/gpus_in_use", "--tail", "1"]) == 0
     assert main(["datasets", "download", "no-such-trace", "-q"]) == 1
     assert "no-such-trace" in capsys.readouterr().err
+
+
+def test_ingest_shows_progress_on_stderr(tmp_path: Path, jobs_file: Path,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    db = str(tmp_path / "prism.duckdb")
+    assert main(["--db", db, "ingest", str(jobs_file), "--format", "jobs-csv"]) == 0
+    captured = capsys.readouterr()
+    for stage in ("read", "rows", "write", "derive"):
+        assert stage in captured.err
+    assert "rows added" in captured.out and "derive" not in captured.out
