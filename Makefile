@@ -23,6 +23,7 @@ run: $(STAMP)
 	$(BIN)/prism --db $(DB) series list
 	$(BIN)/prism --db $(DB) series show cluster-0/all/gpus_in_use --tail 12
 	$(BIN)/prism --db $(DB) series export --output $(DEMO)/panel.parquet
+	$(BIN)/prism --db $(DB) decompose cluster-0/all/gpu_demand --plot $(DEMO)/decompose.png
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
