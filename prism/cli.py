@@ -169,6 +169,27 @@ def _nullcontext() -> Iterator[None]:
     yield
 
 
+def _cmd_forecast(args: argparse.Namespace) -> int:
+    if not args.series_ids and not args.all:
+        raise ConfigError("name one or more series ids, or pass --all")
+    try:
+        quantiles = [float(q) for q in args.quantiles.split(",") if q.strip()]
+    except ValueError as exc:
+        raise ConfigError(f"--quantiles {args.quantiles!r} is not a list of numbers such as "
+                          "0.5,0.9,0.99") from exc
+    frame = services.forecast_series(
+        args.db, None if args.all else args.series_ids, horizon=args.horizon,
+        quantiles=quantiles, model=args.model, params=_pairs(args.param, "--param"),
+    )
+    if args.output:
+        path = services.write_frame(frame, args.output)
+        _out.print(f"wrote {len(frame):,} rows ({frame['series_id'].nunique()} series, model "
+                   f"{args.model}) to {path}")
+    else:
+        _out.print(_table(frame, title=f"forecast ({args.model})"))
+    return 0
+
+
 def _cmd_generate(args: argparse.Namespace) -> int:
     with _progress(not args.quiet) as progress:
         result = services.generate_trace(
@@ -275,6 +296,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="one JSON object instead of tables")
     p.add_argument("--top", type=int, default=5, help="primitives to list (default 5)")
     p.set_defaults(func=_cmd_decompose)
+
+    p = sub.add_parser("forecast", help="fit a model on stored series and forecast them")
+    p.add_argument("series_ids", nargs="*", help="series ids (or --all)")
+    p.add_argument("--all", action="store_true", help="every series in the store")
+    p.add_argument("--horizon", default="1d", help="a duration (6h, 1d) or a number of steps")
+    p.add_argument("--quantiles", default="0.5,0.9,0.99")
+    p.add_argument("--model", default="seasonal_naive",
+                   help="naive, seasonal_naive, window_average")
+    p.add_argument("--param", action="append", metavar="NAME=VALUE",
+                   help="a model hyperparameter, e.g. --param season=1w (repeatable)")
+    p.add_argument("--output", help="FILE.csv, .parquet or .json (default: print a table)")
+    p.set_defaults(func=_cmd_forecast)
 
     p = sub.add_parser("generate", help="write a realistic synthetic job trace")
     p.add_argument("--output", required=True, type=Path, help="folder for jobs.csv, capacity.csv")

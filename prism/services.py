@@ -250,3 +250,54 @@ def plot_decomposition(decomposition: SeriesDecomposition, output: str | Path) -
         raise ConfigError(f"folder {str(path.parent)!r} does not exist; create it first")
     draw(decomposition, path)
     return path
+
+
+def forecast_series(
+    db: str | Path,
+    series_ids: Sequence[str] | None,
+    *,
+    horizon: str,
+    quantiles: Sequence[float],
+    model: str,
+    params: dict[str, str] | None = None,
+) -> pd.DataFrame:
+    """Fit ``model`` on stored series (all when ``series_ids`` is None) and forecast them.
+
+    Returns:
+        The forecast contract: ``series_id, ts, model, mean, p..``.
+
+    Raises:
+        SeriesNotFound: for an unknown series.
+        ConfigError: for an unknown model, a bad horizon or quantile.
+    """
+    from prism.forecasters import get_forecaster
+
+    forecaster = get_forecaster(model, **(params or {}))
+    with open_store(db, must_exist=True) as store:
+        try:
+            panel = store.load_panel(list(series_ids) if series_ids else None)
+        except SeriesNotFound as exc:
+            raise SeriesNotFound(_not_found(store, str(exc).split("'")[1])) from exc
+    if panel.empty:
+        raise ConfigError("no series to forecast: ingest data first (prism ingest)")
+    return forecaster.fit(panel).predict(horizon, quantiles)
+
+
+def write_frame(frame: pd.DataFrame, output: str | Path) -> Path:
+    """Write a frame to ``.csv``, ``.parquet`` or ``.json`` (records, ISO times).
+
+    Raises:
+        ConfigError: for another extension or a missing folder.
+    """
+    path = Path(output)
+    if path.suffix not in (".csv", ".parquet", ".json"):
+        raise ConfigError(f"cannot write {str(path)!r}: use a .csv, .parquet or .json file name")
+    if not path.parent.exists():
+        raise ConfigError(f"folder {str(path.parent)!r} does not exist; create it first")
+    if path.suffix == ".csv":
+        frame.to_csv(path, index=False, date_format="%Y-%m-%dT%H:%M:%S")
+    elif path.suffix == ".parquet":
+        frame.to_parquet(path, index=False)
+    else:
+        frame.to_json(path, orient="records", date_format="iso", indent=1)
+    return path

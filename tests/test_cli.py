@@ -156,3 +156,29 @@ def test_ingest_shows_progress_on_stderr(tmp_path: Path, jobs_file: Path,
     for stage in ("read", "rows", "write", "derive"):
         assert stage in captured.err
     assert "rows added" in captured.out and "derive" not in captured.out
+
+
+def test_forecast_command(tmp_path: Path, traces: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = str(tmp_path / "prism.duckdb")
+    vc = traces / "helios_earth_vc" / "earth_vc6YE_1min.csv.gz"
+    assert main(["--db", db, "ingest", str(vc), "--format", "helios-vc", "-q"]) == 0
+    out = tmp_path / "fc.csv"
+    assert main(["--db", db, "forecast", "earth/vc6YE/gpus_in_use", "--horizon", "1d",
+                 "--quantiles", "0.5,0.9", "--model", "seasonal_naive", "--output",
+                 str(out)]) == 0
+    frame = pd.read_csv(out, parse_dates=["ts"])
+    assert list(frame.columns) == ["series_id", "ts", "model", "mean", "p50", "p90"]
+    assert len(frame) == 144 and frame["ts"].min() == pd.Timestamp("2020-06-01")
+    history = pd.read_csv(vc, parse_dates=["time"], index_col="time")["running_gpu_num"]
+    last_day = history.resample("10min").mean().iloc[-144:].to_numpy()
+    assert frame["mean"].round(9).tolist() == pd.Series(last_day).round(9).tolist()
+    assert main(["--db", db, "forecast", "--all", "--horizon", "1h", "--model", "naive",
+                 "--output", str(tmp_path / "all.json")]) == 0
+    assert len(json.loads((tmp_path / "all.json").read_text())) == 4 * 6
+    capsys.readouterr()
+    assert main(["--db", db, "forecast", "earth/vc6YE/gpus_in_use", "--horizon=-1h"]) == 1
+    assert "not a duration" in capsys.readouterr().err
+    assert main(["--db", db, "forecast", "earth/vc6YE/gpus_in_use", "--quantiles", "1.5"]) == 1
+    assert "between 0 and 1" in capsys.readouterr().err
+    assert main(["--db", db, "forecast", "earth/vc6YE/gpus_in_use", "--model", "x"]) == 1
+    assert "unknown model 'x'" in capsys.readouterr().err
