@@ -7,13 +7,15 @@ from prism.forecasters.base import BaseForecaster, clone
 from prism.forecasters.baselines import (
     NaiveForecaster,
     SeasonalNaiveForecaster,
+    TimeOfDayQuantileForecaster,
     WindowAverageForecaster,
 )
 
 #: Every forecaster by alias.
 FORECASTERS: dict[str, type[BaseForecaster]] = {
     cls.alias: cls
-    for cls in (NaiveForecaster, SeasonalNaiveForecaster, WindowAverageForecaster)
+    for cls in (NaiveForecaster, SeasonalNaiveForecaster, WindowAverageForecaster,
+                TimeOfDayQuantileForecaster)
 }
 
 

@@ -123,3 +123,61 @@ class WindowAverageForecaster(BaseForecaster):
         mean = np.full(steps, float(window.mean()))
         bands = np.quantile(window, quantiles) if quantiles else np.zeros(0)
         return mean, np.tile(bands, (steps, 1))
+
+
+class TimeOfDayQuantileForecaster(BaseForecaster):
+    """Empirical quantiles of the same time of day (and weekday) over recent history.
+
+    Args:
+        weekly: slots by weekday and time of day (``True``) or by time of day only.
+        lookback: history used, as a duration (``4w``) or a number of steps.
+        random_state: unused; kept for the common protocol.
+    """
+
+    alias = "time_of_day_quantile"
+
+    def __init__(
+        self, *, weekly: bool = True, lookback: str = "4w", random_state: int | None = None
+    ) -> None:
+        self.weekly = weekly
+        self.lookback = lookback
+        self.random_state = random_state
+
+    @classmethod
+    def test_params(cls) -> list[dict[str, Any]]:
+        """Settings for the conformance suite."""
+        return [{"weekly": False, "lookback": "2d"}, {"weekly": True, "lookback": "200"}]
+
+    def _slots(self, seconds: np.ndarray) -> np.ndarray:
+        day = (seconds // self.freq_s_) % (86_400 // self.freq_s_)
+        if not self.weekly:
+            return day
+        weekday = (seconds // 86_400 + 3) % 7  # 1970-01-01 was a Thursday
+        return weekday * (86_400 // self.freq_s_) + day
+
+    def _seconds(self, series_id: str, offsets: np.ndarray) -> np.ndarray:
+        last = self.last_ts_[series_id].value // 1_000_000_000
+        return last + offsets * self.freq_s_
+
+    def _fit(self, values: dict[str, np.ndarray]) -> None:
+        keep = horizon_steps(self.lookback, self.freq_s_)
+        self.history_ = {}
+        for sid, v in values.items():
+            recent = v[-keep:]
+            slots = self._slots(self._seconds(sid, np.arange(-len(recent) + 1, 1)))
+            self.history_[sid] = (slots, recent.copy())
+
+    def _predict(
+        self, series_id: str, steps: int, quantiles: list[float]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        slots, recent = self.history_[series_id]
+        future = self._slots(self._seconds(series_id, np.arange(1, steps + 1)))
+        mean = np.empty(steps)
+        bands = np.empty((steps, len(quantiles)))
+        for i, slot in enumerate(future):
+            same = recent[slots == slot]
+            pool = same if len(same) else recent  # a slot not seen yet: all recent history
+            mean[i] = pool.mean()
+            if quantiles:
+                bands[i] = np.quantile(pool, quantiles)
+        return mean, bands

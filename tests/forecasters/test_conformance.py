@@ -116,3 +116,15 @@ def test_naive_and_window_average_oracles(panel: pd.DataFrame) -> None:
         expected = history[-6:].mean()
         np.testing.assert_allclose(window.loc[window["series_id"] == sid, "mean"], expected)
     assert list(naive.columns) == ["series_id", "ts", "model", "mean"]
+
+
+def test_time_of_day_quantile_oracle(panel: pd.DataFrame) -> None:
+    # Daily slots over the last 2 days: each forecast step is the mean (and the median) of
+    # the two values at the same time of day.
+    model = get_forecaster("time_of_day_quantile", weekly=False, lookback="2d").fit(panel)
+    out = model.predict("1d", (0.5,))
+    for sid, group in out.groupby("series_id"):
+        history = panel.loc[panel["series_id"] == sid, "value"].to_numpy()[-288:]
+        expected = history.reshape(2, 144).mean(axis=0).clip(min=0)
+        np.testing.assert_allclose(group["mean"].to_numpy(), expected)
+        np.testing.assert_allclose(group["p50"].to_numpy(), expected)
