@@ -303,7 +303,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--horizon", default="1d", help="a duration (6h, 1d) or a number of steps")
     p.add_argument("--quantiles", default="0.5,0.9,0.99")
     p.add_argument("--model", default="seasonal_naive",
-                   help="naive, seasonal_naive, window_average, time_of_day_quantile")
+                   help="naive, seasonal_naive, window_average, time_of_day_quantile, ets")
     p.add_argument("--param", action="append", metavar="NAME=VALUE",
                    help="a model hyperparameter, e.g. --param season=1w (repeatable)")
     p.add_argument("--output", help="FILE.csv, .parquet or .json (default: print a table)")

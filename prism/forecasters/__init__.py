@@ -10,12 +10,13 @@ from prism.forecasters.baselines import (
     TimeOfDayQuantileForecaster,
     WindowAverageForecaster,
 )
+from prism.forecasters.statistical import EtsForecaster
 
 #: Every forecaster by alias.
 FORECASTERS: dict[str, type[BaseForecaster]] = {
     cls.alias: cls
     for cls in (NaiveForecaster, SeasonalNaiveForecaster, WindowAverageForecaster,
-                TimeOfDayQuantileForecaster)
+                TimeOfDayQuantileForecaster, EtsForecaster)
 }
 
 

@@ -128,3 +128,13 @@ def test_time_of_day_quantile_oracle(panel: pd.DataFrame) -> None:
         expected = history.reshape(2, 144).mean(axis=0).clip(min=0)
         np.testing.assert_allclose(group["mean"].to_numpy(), expected)
         np.testing.assert_allclose(group["p50"].to_numpy(), expected)
+
+
+def test_ets_continues_a_clean_seasonal_series() -> None:
+    ts = pd.date_range("2026-01-05", periods=720, freq="10min")
+    t = np.arange(len(ts) + 36)
+    truth = 100 + 0.01 * t + 20 * np.sin(2 * np.pi * t / 36)
+    panel = pd.DataFrame({"series_id": "c/all/gpus_in_use", "ts": ts, "value": truth[:720]})
+    out = get_forecaster("ets", season="6h").fit(panel).predict(36, (0.1, 0.9))
+    np.testing.assert_allclose(out["mean"].to_numpy(), truth[720:], atol=1.0)  # 5 % of amplitude
+    assert (out["p90"] >= out["p10"]).all()
