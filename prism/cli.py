@@ -10,7 +10,7 @@ import argparse
 import logging
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import pandas as pd
@@ -131,7 +131,7 @@ def _cmd_series_export(args: argparse.Namespace) -> int:
 
 def _cmd_decompose(args: argparse.Namespace) -> int:
     with _err.status(f"decomposing {args.series_id} ...", spinner="dots") if not args.json else (
-            _nullcontext()):
+            nullcontext()):
         result = services.decompose_series(args.db, args.series_id)
         if args.plot:
             services.plot_decomposition(result, args.plot)
@@ -162,11 +162,6 @@ def _human(seconds: float) -> str:
         if seconds >= size:
             return f"{seconds / size:.3g}{unit}"
     return f"{seconds:.3g}s"
-
-
-@contextmanager
-def _nullcontext() -> Iterator[None]:
-    yield
 
 
 def _cmd_forecast(args: argparse.Namespace) -> int:

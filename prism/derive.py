@@ -39,7 +39,6 @@ from prism.store import Store
 logger = logging.getLogger(__name__)
 
 DEFAULT_FREQ = "10min"
-JOB_METRICS = ("gpus_in_use", "gpus_pending", "gpu_demand", "jobs_submitted", "gpus_submitted")
 
 # Characters allowed in a series id segment; others in scope names become '_'.
 _BAD_CHARS = "[^A-Za-z0-9_.:=+@-]"
@@ -260,11 +259,6 @@ def derive_clusters(store: Store, clusters: Sequence[str]) -> int:
     ])
     n = store.fetch_one("SELECT count(*) FROM series WHERE list_contains(?, cluster)", [names])
     return int(n[0]) if n else 0
-
-
-def derive_cluster(store: Store, cluster: str) -> int:
-    """Re-derive the series of one cluster; see :func:`derive_clusters`."""
-    return derive_clusters(store, [cluster])
 
 
 def _derive_jobs(store: Store, clusters: list[str], freq_s: dict[str, int]) -> None:

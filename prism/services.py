@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from prism.errors import ConfigError, SeriesNotFound
+from prism.errors import ConfigError
 from prism.ingest import adapters
 from prism.ingest.base import IngestOptions
 from prism.ingest.pipeline import IngestReport, Progress, ingest
@@ -92,8 +92,7 @@ def series_values(
     split_series_id(series_id)
     lo, hi = _time_arg(start, "start"), _time_arg(end, "end")
     with open_store(db, must_exist=True) as store:
-        if store.fetch_one("SELECT 1 FROM series WHERE series_id = ?", [series_id]) is None:
-            raise SeriesNotFound(_not_found(store, series_id))
+        store.require_series([series_id])
         frame = store.fetch_df(
             """SELECT ts, value, filled FROM series_values WHERE series_id = ?
                AND (?::TIMESTAMP IS NULL OR ts >= ?) AND (?::TIMESTAMP IS NULL OR ts < ?)
@@ -128,10 +127,7 @@ def export_panel(
     if not path.parent.exists():
         raise ConfigError(f"folder {str(path.parent)!r} does not exist; create it first")
     with open_store(db, must_exist=True) as store:
-        try:
-            panel = store.load_panel(list(series_ids) if series_ids else None)
-        except SeriesNotFound as exc:
-            raise SeriesNotFound(_not_found(store, str(exc).split("'")[1])) from exc
+        panel = store.load_panel(list(series_ids) if series_ids else None)
     panel = panel[list(PANEL_COLUMNS)]
     if path.suffix == ".csv":
         panel.to_csv(path, index=False, date_format="%Y-%m-%dT%H:%M:%S")
@@ -148,16 +144,6 @@ def _time_arg(text: str | None, name: str) -> pd.Timestamp | None:
     except ValueError as exc:
         raise ConfigError(f"--{name} {text!r} is not a time; write e.g. 2020-05-03T10:00") from exc
     return ts.tz_convert("UTC").tz_localize(None) if ts.tzinfo else ts
-
-
-def _not_found(store: Store, series_id: str) -> str:
-    import difflib
-
-    known = [r[0] for r in store.fetch_all("SELECT series_id FROM series")]
-    close = difflib.get_close_matches(series_id, known, n=3)
-    hint = f"; did you mean {', '.join(close)}?" if close else (
-        "; `prism series list` shows the series there are")
-    return f"series {series_id!r} is not in the store{hint}"
 
 
 def generate_trace(
@@ -226,8 +212,7 @@ def decompose_series(db: str | Path, series_id: str) -> SeriesDecomposition:
 
     cluster, _, metric = split_series_id(series_id)
     with open_store(db, must_exist=True) as store:
-        if store.fetch_one("SELECT 1 FROM series WHERE series_id = ?", [series_id]) is None:
-            raise SeriesNotFound(_not_found(store, series_id))
+        store.require_series([series_id])
         siblings = store.list_series(cluster=cluster, metric=metric)["series_id"].tolist()
         chosen = [series_id] + [s for s in siblings if s != series_id][: _DICTIONARY_SERIES - 1]
         panel = store.load_panel(chosen)
@@ -274,10 +259,7 @@ def forecast_series(
 
     forecaster = get_forecaster(model, **(params or {}))
     with open_store(db, must_exist=True) as store:
-        try:
-            panel = store.load_panel(list(series_ids) if series_ids else None)
-        except SeriesNotFound as exc:
-            raise SeriesNotFound(_not_found(store, str(exc).split("'")[1])) from exc
+        panel = store.load_panel(list(series_ids) if series_ids else None)
     if panel.empty:
         raise ConfigError("no series to forecast: ingest data first (prism ingest)")
     return forecaster.fit(panel).predict(horizon, quantiles)

@@ -8,6 +8,7 @@ parameters, never formatted into the SQL text. The DDL is idempotent and version
 from __future__ import annotations
 
 import contextlib
+import difflib
 import logging
 import threading
 from collections.abc import Iterator, Sequence
@@ -186,21 +187,6 @@ class Store:
         # DuckDB refuses register() while a result of an earlier execute() is unread.
         self._conn.complete()
 
-    def find_existing_jobs(self, keys: pd.DataFrame | pa.Table) -> pd.DataFrame:
-        """The rows of ``keys`` (``cluster, job_id, _line``) whose job is already stored."""
-        view = f"_prism_keys_{threading.get_ident()}"
-        with self._lock:
-            self._settle()
-            self._conn.register(view, keys)
-            try:
-                return self.fetch_df(
-                    f"""SELECT n.cluster, n.job_id, n._line FROM "{view}" n
-                        SEMI JOIN jobs j ON j.cluster = n.cluster AND j.job_id = n.job_id
-                        ORDER BY n._line"""
-                )
-            finally:
-                self._conn.unregister(view)
-
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Store]:
         """All statements inside run in one transaction: committed together or not at all."""
@@ -256,6 +242,24 @@ class Store:
             [cluster, cluster, scope, scope, metric, metric],
         )
 
+    def require_series(self, series_ids: Sequence[str]) -> None:
+        """Check that every named series is in the store.
+
+        Raises:
+            SeriesNotFound: for the first missing one, with the closest ids there are.
+        """
+        ids = list(dict.fromkeys(series_ids))
+        known = {r[0] for r in self.fetch_all(
+            "SELECT series_id FROM series WHERE list_contains(?, series_id)", [ids])}
+        missing = [s for s in ids if s not in known]
+        if not missing:
+            return
+        every = [r[0] for r in self.fetch_all("SELECT series_id FROM series")]
+        close = difflib.get_close_matches(missing[0], every, n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else (
+            "; `prism series list` shows the series there are")
+        raise SeriesNotFound(f"series {missing[0]!r} is not in the store{hint}")
+
     def load_panel(
         self,
         series_ids: Sequence[str] | None = None,
@@ -269,16 +273,7 @@ class Store:
             SeriesNotFound: when a named series is not in the store.
         """
         if series_ids is not None:
-            ids = list(dict.fromkeys(series_ids))
-            known = {r[0] for r in self.fetch_all(
-                "SELECT series_id FROM series WHERE list_contains(?, series_id)", [ids]
-            )}
-            missing = [s for s in ids if s not in known]
-            if missing:
-                raise SeriesNotFound(
-                    f"series {missing[0]!r} is not in the store; `prism series list` shows "
-                    "the series there are"
-                )
+            self.require_series(series_ids)
         frame = self.fetch_df(
             """SELECT series_id, ts, value FROM series_values
                WHERE (?::VARCHAR[] IS NULL OR list_contains(?::VARCHAR[], series_id))

@@ -283,46 +283,6 @@ def stream_arrow(
     return header, csv_chunks()
 
 
-def read_arrow(path: Path, column_types: dict[str, pa.DataType]) -> pa.Table | None:
-    """The typed fast read: a CSV (plain or ``.gz``) or Parquet file as an Arrow table with
-    ``_line``, or ``None`` when some value does not parse (the caller then takes the slow path
-    that names the bad row).
-
-    Raises:
-        IngestError: empty or truncated file.
-    """
-    if _is_parquet(path):
-        if not path.exists():
-            raise IngestError("file not found", path=str(path), fix="check the path")
-        try:
-            table = pq.read_table(path)
-            for name, kind in column_types.items():
-                if name in table.column_names and table.schema.field(name).type != kind:
-                    i = table.column_names.index(name)
-                    table = table.set_column(i, name, pc.cast(table[name], kind))
-        except (pa.ArrowException, OSError, ValueError):
-            return None
-        lines = pa.array(np.arange(1, table.num_rows + 1, dtype=np.int64))
-        return table.append_column(LINE, lines)
-    if not path.exists():
-        raise IngestError("file not found", path=str(path), fix="check the path")
-    try:  # the header only: pyarrow reads the file itself (threads, no copy in Python)
-        opener = gzip.open if _is_gzip(path) else open
-        with opener(path, "rb") as handle:
-            head = handle.readline().decode("utf-8").strip()
-        if not head:
-            return None
-        header = head.split(",")
-        types = {c: t for c, t in column_types.items() if c in header}
-        convert = pacsv.ConvertOptions(column_types=types, strings_can_be_null=True,
-                                       timestamp_parsers=[pacsv.ISO8601])
-        table = pacsv.read_csv(path, convert_options=convert)
-    except (pa.ArrowException, OSError, EOFError, zlib.error, UnicodeDecodeError):
-        return None  # the slow path says what is wrong (empty, truncated, malformed)
-    lines = pa.array(np.arange(2, table.num_rows + 2, dtype=np.int64))
-    return table.append_column(LINE, lines)
-
-
 def read_table(
     path: Path,
     *,
@@ -370,8 +330,8 @@ def _read_csv_bytes(
     path: Path, data: bytes, column_types: dict[str, pa.DataType] | None, delimiter: str
 ) -> pd.DataFrame:
     parse = pacsv.ParseOptions(delimiter=delimiter)
+    header = data.split(b"\n", 1)[0].decode("utf-8", "replace").strip().split(delimiter)
     if column_types:
-        header = data.split(b"\n", 1)[0].decode("utf-8", "replace").strip().split(delimiter)
         types = {c: t for c, t in column_types.items() if c in header}
         convert = pacsv.ConvertOptions(
             column_types=types, strings_can_be_null=True,
@@ -382,11 +342,7 @@ def _read_csv_bytes(
             return table.to_pandas()
         except pa.ArrowInvalid:
             pass  # fall back to strings so that the checks can name the bad row
-    convert = pacsv.ConvertOptions(
-        column_types={}, strings_can_be_null=True, auto_dict_encode=False
-    )
     try:
-        header = data.split(b"\n", 1)[0].decode("utf-8", "replace").strip().split(delimiter)
         convert = pacsv.ConvertOptions(
             column_types={c: pa.string() for c in header}, strings_can_be_null=True
         )

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,7 +26,6 @@ from prism.ingest.base import (
     CAPACITY_COLUMNS,
     LINE,
     SAMPLE_COLUMNS,
-    Adapter,
     Batch,
     IngestOptions,
     Reject,
@@ -125,7 +124,8 @@ def ingest(
     if not files:
         raise ConfigError("no files to ingest: pass one or more paths")
     report = IngestReport()
-    pending: list[tuple[Path, str, Batch | None]] = []  # None: streamed in the write stage
+    # a Batch read now, or the chunk stream of a clean job file, read while writing
+    pending: list[tuple[Path, str, Batch | Iterator[pa.Table]]] = []
     clock = time.perf_counter()
     for i, path in enumerate(files):
         if not path.exists():
@@ -137,19 +137,19 @@ def ingest(
         if seen is not None:
             report.files.append(FileReport(str(path), "unchanged", 0, 0, seen[0]))
             logger.info("%s: already ingested (same content), skipped", path)
-        elif adapter.stream(path, options) is not None:
-            pending.append((path, digest, None))  # read while writing, chunk by chunk
         else:
-            pending.append((path, digest, adapter.read(path, options)))
+            chunks = adapter.stream(path, options)
+            pending.append((path, digest, chunks if chunks is not None
+                            else adapter.read(path, options)))
         if progress:
             progress("read", i + 1, len(files))
     report.timings["read"] = time.perf_counter() - clock
     clock = time.perf_counter()
     touched: set[str] = set()
     with store.transaction():
-        for i, (path, digest, maybe) in enumerate(pending):
-            streamed = _write_stream(store, path, fmt, digest, maybe, adapter, options,
-                                     progress)
+        for i, (path, digest, source) in enumerate(pending):
+            streamed = None if isinstance(source, Batch) else _write_stream(
+                store, path, fmt, digest, source, options, progress)
             if streamed is not None:
                 ingest_id, rows, clusters = streamed
                 touched.update(clusters)
@@ -157,7 +157,7 @@ def ingest(
                 if progress:
                     progress("write", i + 1, len(pending))
                 continue
-            batch = maybe if maybe is not None else adapter.read(path, options)
+            batch = source if isinstance(source, Batch) else adapter.read(path, options)
             ingest_id, rows = _write(store, path, fmt, digest, batch, options)
             touched.update(batch.clusters or ([options.cluster] if options.cluster else []))
             report.files.append(
@@ -197,7 +197,7 @@ def _clusters_named(store: Store, options: IngestOptions, touched: set[str]) -> 
 
 
 def _write_stream(
-    store: Store, path: Path, fmt: str, digest: str, batch: Batch | None, adapter: Adapter,
+    store: Store, path: Path, fmt: str, digest: str, chunks: Iterator[pa.Table],
     options: IngestOptions, progress: Progress | None = None,
 ) -> tuple[int, int, list[str]] | None:
     """Insert a file chunk by chunk from the adapter's stream (bounded memory).
@@ -206,14 +206,7 @@ def _write_stream(
     a chunk failed to parse or to pass a check, or a job id repeats (the slow path names the
     row); what was inserted of it is deleted first.
     """
-    if batch is not None:
-        return None
-    chunks = adapter.stream(path, options)
-    if chunks is None:
-        return None
-    row = store.fetch_one("SELECT nextval('ingest_id_seq')")
-    assert row is not None
-    ingest_id = int(row[0])
+    ingest_id = _next_ingest_id(store)
     rows, size, estimate = 0, path.stat().st_size, 0
     try:
         for chunk in chunks:
@@ -236,13 +229,8 @@ def _write_stream(
         """SELECT min(submit_ts), greatest(max(submit_ts), max(start_ts), max(end_ts))
            FROM jobs WHERE ingest_id = ?""", [ingest_id])
     assert window is not None
-    store.execute(
-        """INSERT INTO ingests (ingest_id, content_hash, format, path, cluster, kind, rows,
-               rejected, obs_start, obs_end, options, ingested_at)
-           VALUES (?, ?, ?, ?, ?, 'jobs', ?, 0, ?, ?, ?, now()::TIMESTAMP)""",
-        [ingest_id, digest, fmt, str(path), ",".join(clusters), rows, window[0], window[1],
-         options.content_key()],
-    )
+    _record_ingest(store, ingest_id, digest, fmt, path, ",".join(clusters), "jobs", rows, 0,
+                   window[0], window[1], options)
     logger.info("%s: %d rows (streamed) as ingest %d", path, rows, ingest_id)
     return ingest_id, rows, clusters
 
@@ -256,9 +244,7 @@ _DUPLICATES_SQL = """
 def _write(
     store: Store, path: Path, fmt: str, digest: str, batch: Batch, options: IngestOptions
 ) -> tuple[int, int]:
-    row = store.fetch_one("SELECT nextval('ingest_id_seq')")
-    assert row is not None
-    ingest_id = int(row[0])
+    ingest_id = _next_ingest_id(store)
     frame = batch.frame
     clusters = batch.clusters
     if batch.kind == "jobs":
@@ -286,16 +272,32 @@ def _write(
             "raw": [r.raw for r in batch.rejects],
         })
         store.insert_frame("rejects", rejects, tuple(rejects.columns))
+    _record_ingest(store, ingest_id, digest, fmt, path, ",".join(clusters) or options.cluster,
+                   batch.kind, rows, len(batch.rejects), _ts(obs_start), _ts(obs_end), options)
+    logger.info("%s: %d rows (%d rejected) as ingest %d", path, rows, len(batch.rejects),
+                ingest_id)
+    return ingest_id, rows
+
+
+def _next_ingest_id(store: Store) -> int:
+    row = store.fetch_one("SELECT nextval('ingest_id_seq')")
+    assert row is not None
+    return int(row[0])
+
+
+def _record_ingest(
+    store: Store, ingest_id: int, digest: str, fmt: str, path: Path, cluster: str | None,
+    kind: str, rows: int, rejected: int, obs_start: object, obs_end: object,
+    options: IngestOptions,
+) -> None:
+    """The ``ingests`` row that makes a later ingest of the same content a no-op."""
     store.execute(
         """INSERT INTO ingests (ingest_id, content_hash, format, path, cluster, kind, rows,
                rejected, obs_start, obs_end, options, ingested_at)
            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, now()::TIMESTAMP)""",
-        [ingest_id, digest, fmt, str(path), ",".join(clusters) or options.cluster, batch.kind,
-         rows, len(batch.rejects), _ts(obs_start), _ts(obs_end), options.content_key()],
+        [ingest_id, digest, fmt, str(path), cluster, kind, rows, rejected, obs_start, obs_end,
+         options.content_key()],
     )
-    logger.info("%s: %d rows (%d rejected) as ingest %d", path, rows, len(batch.rejects),
-                ingest_id)
-    return ingest_id, rows
 
 
 def _ts(value: object) -> object:
