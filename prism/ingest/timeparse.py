@@ -51,8 +51,9 @@ def _parse_text(text: pd.Series) -> tuple[pd.Series, np.ndarray]:
         else:  # every value named a zone that the pattern above did not catch
             parsed = parsed.dt.tz_convert("UTC").dt.tz_localize(None)
             aware = parsed.notna().to_numpy(dtype=bool)
-    except (ValueError, TypeError, OverflowError):
-        # a mix of zones pandas will not put in one column: go one by one
+    except (ValueError, TypeError, OverflowError, AttributeError):
+        # a mix of zones pandas will not put in one column (pandas 3 raises; pandas 2 gives
+        # an object column without .dt): go one by one
         stamps: list[pd.Timestamp | None] = []
         flags: list[bool] = []
         for value in text:
