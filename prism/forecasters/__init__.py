@@ -10,13 +10,19 @@ from prism.forecasters.baselines import (
     TimeOfDayQuantileForecaster,
     WindowAverageForecaster,
 )
-from prism.forecasters.statistical import EtsForecaster
+from prism.forecasters.statistical import (
+    ArimaForecaster,
+    EtsForecaster,
+    MstlForecaster,
+    ThetaForecaster,
+)
 
 #: Every forecaster by alias.
 FORECASTERS: dict[str, type[BaseForecaster]] = {
     cls.alias: cls
     for cls in (NaiveForecaster, SeasonalNaiveForecaster, WindowAverageForecaster,
-                TimeOfDayQuantileForecaster, EtsForecaster)
+                TimeOfDayQuantileForecaster, EtsForecaster, ArimaForecaster,
+                ThetaForecaster, MstlForecaster)
 }
 
 

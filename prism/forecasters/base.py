@@ -1,25 +1,72 @@
-"""The forecaster protocol: public ``fit``/``predict`` wrap private ``_fit``/``_predict``.
+"""The forecaster protocol: public ``fit``/``predict``/``update`` wrap private hooks.
 
 Hyperparameters are keyword-only ``__init__`` arguments stored as given; learned state ends in
 ``_``; ``get_params()`` comes from the ``__init__`` signature, so ``clone(f)`` is
 ``type(f)(**f.get_params())``. ``predict`` returns the forecast contract: ``series_id, ts,
 model, mean`` and one ``p{percent}`` column per quantile, quantiles never crossing and never
 below 0 (GPU demand is not negative).
+
+A subclass writes two hooks:
+
+- ``_fit(values)`` learns its parameters from each series' history (a dict of arrays);
+- ``_forecast_many(series_id, history, ends, steps)`` forecasts ``steps`` steps from each
+  origin ``e`` in ``ends`` using ``history[:e]`` only and the learned parameters (the default
+  loops over ``_forecast(series_id, history[:e], steps)``).
+
+Everything else is shared, so every model gets it the same way:
+
+**Conformal quantiles.** ``fit`` holds out the last ``calibration_window`` of each series (at
+most a third of it): the parameters are learned on what comes before, then the model forecasts
+from origins spread over the held-out tail, from data before each origin only. The signed
+errors of those out-of-sample forecasts, pooled in blocks of horizon steps that widen with the
+step, give each quantile's offset from the point forecast (split conformal prediction, per
+horizon step). Models with native quantiles (``native_levels``) are calibrated the same way
+on their own quantiles (conformalised quantile regression): the offset of level ``q`` is the
+``q``-quantile of ``y - yhat_q``. The final forecast continues from the end of the whole
+history with the parameters learned on the prefix: nothing is fitted twice.
+
+**Online update.** ``update(new_points)`` appends fresh points, recalibrates on the new tail and
+checks each updated series' rolling error (day-ahead forecasts through the last
+``fallback_window``) against the seasonal naive fallback's; a series whose error is worse than
+the fallback's by more than ``fallback_margin`` is served by the fallback (logged, with the
+numbers) until the model is back within half the margin. Parameters are never refitted by ``update``: the last
+good version is the fitted one, and a refit is an explicit ``fit``.
 """
 
 from __future__ import annotations
 
+import copy
 import inspect
+import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 
 from prism.errors import ConfigError, DataContractError, NotFittedError
 from prism.schema import SERIES_ID, TS, VALUE, parse_duration, validate_panel
 
+logger = logging.getLogger(__name__)
+
+FloatArray = npt.NDArray[np.float64]
 DEFAULT_QUANTILES = (0.5, 0.9)
+#: Quantile levels at which calibration offsets are kept; requested levels are interpolated.
+LEVELS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.7, 0.75,
+          0.8, 0.85, 0.9, 0.95, 0.975, 0.99, 0.995)
+#: Horizon steps are pooled in blocks whose width grows with the step (1, 2, 3, 4, 5-6, 7-8,
+#: ...): near steps need their own offsets, far steps share errors that change slowly.
+_BLOCK_EDGES = np.array([1, 2, 3, 4, 5, 7, 9, 13, 17, 25, 33, 49, 65, 97, 129, 193, 257, 385,
+                         513, 769, 1025, 1537, 2049, 3073, 4097, 6145, 8193])
+#: A block needs this many residuals to get its own offsets; later steps extrapolate the last
+#: block that has them, widened with the square root of the step.
+MIN_BLOCK_RESIDUALS = 24
+#: At most this many calibration origins per series (spread evenly over the held-out tail).
+MAX_ORIGINS = 72
+#: The tail held out for calibration is at most this share of a series.
+MAX_HOLDOUT_SHARE = 1 / 3
 
 
 def quantile_column(q: float) -> str:
@@ -62,17 +109,85 @@ def check_quantiles(quantiles: Sequence[float]) -> list[float]:
     return out
 
 
+@dataclass
+class Paths:
+    """Forecasts from several origins.
+
+    Attributes:
+        mean: ``(n_origins, steps)`` point forecasts.
+        quantiles: ``(n_origins, steps, n_levels)`` native quantiles at the model's
+            ``native_levels``, or ``None`` for models without them.
+    """
+
+    mean: FloatArray
+    quantiles: FloatArray | None = None
+
+
+@dataclass
+class Calibration:
+    """Conformal offsets of one series, by block of horizon steps and quantile level.
+
+    Attributes:
+        centers: ``(n_blocks,)`` representative step of each block with enough residuals.
+        levels: the quantile levels of ``offsets``' columns.
+        offsets: ``(n_blocks, n_levels)`` offset of each level from its base forecast (the
+            mean, or the native quantile of the same level).
+        n_residuals: residuals behind each block.
+        one_step: the one-step-ahead errors at the calibration origins (for reconciliation).
+        origins: the origins (indices into the history) those errors come from.
+    """
+
+    centers: FloatArray
+    levels: FloatArray
+    offsets: FloatArray
+    n_residuals: npt.NDArray[np.int64]
+    one_step: FloatArray
+    origins: npt.NDArray[np.int64]
+
+
+def _seasonal_naive_paths(history: FloatArray, ends: npt.NDArray[np.int64], steps: int,
+                          season: int) -> FloatArray:
+    """The last season before each origin, repeated (the last value when history is short)."""
+    out = np.empty((len(ends), steps))
+    for i, e in enumerate(ends):
+        if e >= season:
+            out[i] = np.resize(history[e - season:e], steps)
+        else:
+            out[i] = history[e - 1]
+    return out
+
+
 class BaseForecaster:
-    """Base of every forecaster; subclasses set ``alias`` and write ``_fit``/``_predict``.
+    """Base of every forecaster; subclasses set ``alias`` and write ``_fit``/``_forecast``.
+
+    Class attributes (capabilities and shared settings, not hyperparameters):
+        alias: the registry name.
+        native_levels: quantile levels the model forecasts itself (empty: quantiles come from
+            the calibrated errors of the point forecast).
+        global_model: one model learns from all series of the panel.
+        calibration_window: the held-out tail for conformal calibration (a duration).
+        fallback_window: the window of the rolling error ``update`` checks.
+        fallback_margin: the model falls back when its rolling MAE exceeds the seasonal naive
+            fallback's by more than this share.
 
     Attributes (after ``fit``):
         freq_s_: the panel's step in seconds.
         series_ids_: the series fitted, sorted.
-        last_ts_: series id -> its last timestamp.
+        first_ts_ / last_ts_: series id -> its first / last timestamp.
+        history_: series id -> its values (grows with ``update``).
+        fit_len_: series id -> how many leading points the parameters were learned on.
+        calibration_: series id -> its :class:`Calibration` (absent when too short).
+        fallback_: series id -> why it is served by the fallback (only those that are).
+        version_: 1 after ``fit``, +1 per ``update``.
     """
 
     alias: ClassVar[str] = ""
-    supports_quantiles: ClassVar[bool] = True
+    native_levels: ClassVar[tuple[float, ...]] = ()
+    global_model: ClassVar[bool] = False
+    calibration_window: ClassVar[str] = "7d"
+    fallback_window: ClassVar[str] = "3d"
+    fallback_margin: ClassVar[float] = 0.25
+    fallback_season: ClassVar[str] = "1d"
 
     # -- parameters ---------------------------------------------------------------------------
     @classmethod
@@ -94,36 +209,33 @@ class BaseForecaster:
         args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
         return f"{type(self).__name__}({args})"
 
-    # -- fit / predict ------------------------------------------------------------------------
+    # -- fit / predict / update ---------------------------------------------------------------
     def fit(self, panel: pd.DataFrame) -> Self:
         """Learn from a regular panel (``series_id, ts, value``); refitting replaces all state.
 
+        The parameters are learned on each series but its last ``calibration_window`` (at
+        most a third of it), which calibrates the quantiles out of sample.
+
         Raises:
-            DataContractError: for a panel that breaks the contract or has fewer than two
-                points per series.
+            DataContractError: for a panel that breaks the contract, holds missing values or
+                has fewer than two points per series.
         """
-        panel = validate_panel(panel)
-        if panel.empty:
-            raise DataContractError("cannot fit on an empty panel")
-        steps = panel.groupby(SERIES_ID)[TS].agg(["min", "max", "count"])
-        if (steps["count"] < 2).any():
-            short = steps.index[steps["count"] < 2][0]
-            raise DataContractError(f"series {short!r} has fewer than two points to fit on")
-        diffs = panel.groupby(SERIES_ID)[TS].diff().dropna()
-        freqs = diffs.dt.total_seconds().unique()
-        if len(freqs) != 1:
-            raise DataContractError(
-                "every series of a panel needs the same step to be fitted together; got "
-                f"{sorted(int(f) for f in freqs)} s"
-            )
+        panel = _checked_panel(panel, "fit on")
         for name in [n for n in vars(self) if n.endswith("_") and not n.startswith("_")]:
             delattr(self, name)  # refitting replaces all learned state
-        self.freq_s_ = int(freqs[0])
-        self.series_ids_ = sorted(steps.index.astype(str))
-        self.last_ts_ = {str(k): pd.Timestamp(v) for k, v in steps["max"].items()}
-        values = {str(sid): g[VALUE].to_numpy(dtype=np.float64)
-                  for sid, g in panel.groupby(SERIES_ID, sort=True)}
-        self._fit(values)
+        self.freq_s_ = _panel_freq(panel)
+        groups = {str(sid): g for sid, g in panel.groupby(SERIES_ID, sort=True)}
+        self.series_ids_ = sorted(groups)
+        self.first_ts_ = {sid: pd.Timestamp(g[TS].iloc[0]) for sid, g in groups.items()}
+        self.last_ts_ = {sid: pd.Timestamp(g[TS].iloc[-1]) for sid, g in groups.items()}
+        self.history_ = {sid: g[VALUE].to_numpy(dtype=np.float64) for sid, g in groups.items()}
+        self.fit_len_ = {sid: len(v) - self._holdout(len(v)) for sid, v in self.history_.items()}
+        self.fallback_: dict[str, str] = {}
+        self.version_ = 1
+        self._fit({sid: v[:self.fit_len_[sid]].copy() for sid, v in self.history_.items()})
+        self.calibration_: dict[str, Calibration] = {}
+        for sid in self.series_ids_:
+            self._calibrate(sid)
         return self
 
     def predict(
@@ -138,42 +250,332 @@ class BaseForecaster:
             NotFittedError: before ``fit``.
             ConfigError: for a bad horizon or quantile.
         """
-        if not hasattr(self, "series_ids_"):
-            raise NotFittedError(f"{type(self).__name__} is not fitted: call fit(panel) first")
+        self._check_fitted()
         steps = horizon_steps(horizon, self.freq_s_)
         qs = check_quantiles(quantiles)
         frames = []
         step = pd.Timedelta(seconds=self.freq_s_)
         for sid in self.series_ids_:
-            mean, bands = self._predict(sid, steps, qs)
-            mean = np.maximum(np.asarray(mean, dtype=np.float64), 0.0)
+            mean, bands = self.forecast_arrays(sid, steps, qs)
             data: dict[str, Any] = {
                 SERIES_ID: sid,
                 TS: pd.date_range(self.last_ts_[sid] + step, periods=steps, freq=step),
                 "model": self.alias,
                 "mean": mean,
             }
-            if qs:
-                matrix = np.maximum(np.asarray(bands, dtype=np.float64), 0.0)
-                matrix = np.maximum.accumulate(matrix, axis=1)  # quantiles never cross
-                for j, q in enumerate(qs):
-                    data[quantile_column(q)] = matrix[:, j]
+            for j, q in enumerate(qs):
+                data[quantile_column(q)] = bands[:, j]
             frames.append(pd.DataFrame(data))
         out = pd.concat(frames, ignore_index=True)
         out[TS] = out[TS].astype("datetime64[ns]")
         return out
 
+    def forecast_arrays(
+        self, series_id: str, steps: int, quantiles: Sequence[float]
+    ) -> tuple[FloatArray, FloatArray]:
+        """The forecast of one series as arrays: ``(mean (steps,), bands (steps, n_q))``.
+
+        Bands never cross and nothing is below 0. A series in fallback is forecast by the
+        seasonal naive fallback, with its own calibrated bands.
+        """
+        self._check_fitted()
+        history = self.history_[series_id]
+        end = np.array([len(history)], dtype=np.int64)
+        if series_id in self.fallback_:
+            paths = Paths(self._fallback_paths(history, end, steps))
+            calibration = self._fallback_calibration(series_id)
+        else:
+            paths = self._paths(series_id, history, end, steps)
+            calibration = self.calibration_.get(series_id)
+        mean = np.maximum(paths.mean[0], 0.0)
+        qs = list(quantiles)
+        if not qs:
+            return mean, np.zeros((steps, 0))
+        native = paths.quantiles[0] if paths.quantiles is not None else None
+        bands = _bands(mean, native, self.native_levels, calibration, steps, qs)
+        bands = np.maximum.accumulate(np.maximum(bands, 0.0), axis=1)  # never cross, never < 0
+        return mean, bands
+
+    def update(self, new_points: pd.DataFrame) -> Self:
+        """Absorb fresh points of fitted series without refitting the parameters.
+
+        Points at or before a series' last timestamp replace the stored values (late
+        revisions of a bucket); the rest must continue the series without a gap. Each updated
+        series is recalibrated on its new tail and its rolling error is checked against the
+        seasonal naive fallback (see the module docstring).
+
+        Raises:
+            NotFittedError: before ``fit``.
+            DataContractError: for an unknown series, another step, or a gap after the end.
+        """
+        self._check_fitted()
+        panel = _checked_panel(new_points, "update with")
+        step = pd.Timedelta(seconds=self.freq_s_)
+        touched = []
+        for sid, group in panel.groupby(SERIES_ID, sort=True):
+            sid = str(sid)
+            if sid not in self.history_:
+                raise DataContractError(
+                    f"series {sid!r} was not fitted; fit the model on it before updating it"
+                )
+            ts = pd.DatetimeIndex(group[TS])
+            offsets = (ts - self.first_ts_[sid]) / step
+            if not np.allclose(offsets, np.round(offsets)) or (offsets < 0).any():
+                raise DataContractError(
+                    f"new points of {sid!r} are not on its {self.freq_s_}-second grid "
+                    f"starting at {self.first_ts_[sid]}; resample them first"
+                )
+            idx = np.round(offsets).astype(np.int64)
+            history = self.history_[sid]
+            if idx[0] > len(history):
+                missing = self.last_ts_[sid] + step
+                raise DataContractError(
+                    f"new points of {sid!r} start at {ts[0]} but the series ends at "
+                    f"{self.last_ts_[sid]}: send the points from {missing} on as well"
+                )
+            grown = np.empty(max(len(history), int(idx[-1]) + 1))
+            grown[:len(history)] = history
+            grown[idx] = group[VALUE].to_numpy(dtype=np.float64)
+            self.history_[sid] = grown
+            self.last_ts_[sid] = self.first_ts_[sid] + (len(grown) - 1) * step
+            touched.append(sid)
+        self.version_ += 1
+        for sid in touched:
+            self._calibrate(sid)
+            self._check_fallback(sid)
+        return self
+
+    # -- shared machinery ---------------------------------------------------------------------
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "series_ids_"):
+            raise NotFittedError(f"{type(self).__name__} is not fitted: call fit(panel) first")
+
+    def _steps_of(self, duration: str) -> int:
+        return horizon_steps(duration, self.freq_s_)
+
+    def _holdout(self, n: int) -> int:
+        """Steps held out for calibration in a series of ``n`` points."""
+        try:
+            window = self._steps_of(self.calibration_window)
+        except ConfigError:
+            window = 1  # a calibration window finer than the step: one step
+        return int(min(window, n * MAX_HOLDOUT_SHARE))
+
+    def epoch_seconds(self, series_id: str, index: npt.ArrayLike) -> npt.NDArray[np.int64]:
+        """Unix seconds of positions ``index`` of a series' history (0 is its first point)."""
+        first = self.first_ts_[series_id].value // 1_000_000_000
+        return first + np.asarray(index, dtype=np.int64) * self.freq_s_
+
+    def _paths(self, series_id: str, history: FloatArray, ends: npt.NDArray[np.int64],
+               steps: int) -> Paths:
+        out = self._forecast_many(series_id, history, ends, steps)
+        paths = out if isinstance(out, Paths) else Paths(np.asarray(out, dtype=np.float64))
+        if paths.mean.shape != (len(ends), steps):
+            raise RuntimeError(
+                f"{type(self).__name__} returned forecasts of shape {paths.mean.shape}, "
+                f"expected {(len(ends), steps)}"
+            )
+        return paths
+
+    def _origins(self, series_id: str) -> npt.NDArray[np.int64]:
+        n = len(self.history_[series_id])
+        holdout = self._holdout(n)
+        start = max(n - holdout, 1)
+        count = min(MAX_ORIGINS, n - start)
+        if count < 1:
+            return np.zeros(0, dtype=np.int64)
+        return np.unique(np.linspace(start, n - 1, count).round().astype(np.int64))
+
+    def _calibrate(self, series_id: str) -> None:
+        history = self.history_[series_id]
+        ends = self._origins(series_id)
+        if len(ends) == 0:
+            self.calibration_.pop(series_id, None)
+            logger.info("%s: too short to calibrate quantiles", series_id)
+            return
+        steps = int(len(history) - ends[0])
+        paths = self._paths(series_id, history, ends, steps)
+        self.calibration_[series_id] = _calibration(
+            history, ends, paths, self.native_levels)
+
+    def _fallback_paths(self, history: FloatArray, ends: npt.NDArray[np.int64],
+                        steps: int) -> FloatArray:
+        return _seasonal_naive_paths(history, ends, steps, self._steps_of(self.fallback_season))
+
+    def _fallback_calibration(self, series_id: str) -> Calibration | None:
+        history = self.history_[series_id]
+        ends = self._origins(series_id)
+        if len(ends) == 0:
+            return None
+        steps = int(len(history) - ends[0])
+        return _calibration(history, ends, Paths(self._fallback_paths(history, ends, steps)),
+                            ())
+
+    def _check_fallback(self, series_id: str) -> None:
+        """Rolling day-ahead MAE of the model and of the fallback over ``fallback_window``."""
+        history = self.history_[series_id]
+        window = self._steps_of(self.fallback_window)
+        season = self._steps_of(self.fallback_season)
+        first = len(history) - window
+        if first < max(2, season):
+            return
+        # one forecast a season (a day) through the window, each scored on the steps up to
+        # the next origin: day-ahead errors, as the forecasts are used
+        ends = np.arange(first, len(history), season, dtype=np.int64)
+        steps = min(season, window)
+        target = ends[:, None] + np.arange(steps)[None, :]
+        seen = target < len(history)
+        actual = history[np.minimum(target, len(history) - 1)]
+        model_paths = self._paths(series_id, history, ends, steps).mean
+        fallback_paths = self._fallback_paths(history, ends, steps)
+        model = float(np.abs(model_paths - actual)[seen].mean())
+        fallback = float(np.abs(fallback_paths - actual)[seen].mean())
+        limit = (1.0 + self.fallback_margin) * fallback
+        if series_id not in self.fallback_ and model > limit and model > 0:
+            reason = (
+                f"rolling MAE {model:.4g} over the last {self.fallback_window} exceeds the "
+                f"seasonal naive fallback's {fallback:.4g} by more than "
+                f"{self.fallback_margin:.0%} (version {self.version_})"
+            )
+            self.fallback_[series_id] = reason
+            logger.warning("%s (%s): falling back to seasonal naive: %s", series_id,
+                           self.alias, reason)
+        elif series_id in self.fallback_ and model <= (1.0 + self.fallback_margin / 2) * fallback:
+            del self.fallback_[series_id]
+            logger.warning(
+                "%s (%s): back from the fallback: rolling MAE %.4g vs the fallback's %.4g "
+                "(version %d)", series_id, self.alias, model, fallback, self.version_)
+
     # -- for subclasses -----------------------------------------------------------------------
-    def _fit(self, values: dict[str, np.ndarray]) -> None:
+    def _fit(self, values: dict[str, FloatArray]) -> None:
+        """Learn the parameters from each series' values (the calibration tail left out)."""
         raise NotImplementedError
 
-    def _predict(
-        self, series_id: str, steps: int, quantiles: list[float]
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """``(mean of shape (steps,), quantiles of shape (steps, len(quantiles)))``."""
+    def _forecast(self, series_id: str, history: FloatArray, steps: int) -> FloatArray:
+        """``steps`` point forecasts after ``history`` (a prefix of the series' history)."""
         raise NotImplementedError
+
+    def _forecast_many(
+        self, series_id: str, history: FloatArray, ends: npt.NDArray[np.int64], steps: int
+    ) -> FloatArray | Paths:
+        """Forecasts from each origin in ``ends`` using ``history[:end]`` only.
+
+        Returns:
+            ``(len(ends), steps)`` point forecasts, or :class:`Paths` with native quantiles.
+        """
+        return np.stack([np.asarray(self._forecast(series_id, history[:e], steps),
+                                    dtype=np.float64) for e in ends])
+
+    def copy(self) -> Self:
+        """A deep copy (fitted state included)."""
+        return copy.deepcopy(self)
 
 
 def clone(forecaster: BaseForecaster) -> BaseForecaster:
     """A new, unfitted forecaster with the same hyperparameters."""
     return type(forecaster)(**forecaster.get_params())
+
+
+# -- helpers ----------------------------------------------------------------------------------
+def _checked_panel(panel: pd.DataFrame, verb: str) -> pd.DataFrame:
+    panel = validate_panel(panel)
+    if panel.empty:
+        raise DataContractError(f"cannot {verb} an empty panel")
+    bad = ~np.isfinite(panel[VALUE].to_numpy())
+    if bad.any():
+        row = panel[bad].iloc[0]
+        raise DataContractError(
+            f"series {row[SERIES_ID]!r} has a missing or infinite value at {row[TS]}; "
+            "derive it with a --fill policy (zero, hold or linear) first"
+        )
+    counts = panel.groupby(SERIES_ID)[TS].count()
+    if verb == "fit on" and (counts < 2).any():
+        short = counts.index[counts < 2][0]
+        raise DataContractError(f"series {short!r} has fewer than two points to fit on")
+    return panel
+
+
+def _panel_freq(panel: pd.DataFrame) -> int:
+    diffs = panel.groupby(SERIES_ID)[TS].diff().dropna()
+    freqs = diffs.dt.total_seconds().unique()
+    if len(freqs) != 1:
+        raise DataContractError(
+            "every series of a panel needs the same step to be fitted together; got "
+            f"{sorted(int(f) for f in freqs)} s"
+        )
+    return int(freqs[0])
+
+
+def _calibration(history: FloatArray, ends: npt.NDArray[np.int64], paths: Paths,
+                 native_levels: Sequence[float]) -> Calibration:
+    """Offsets per block of steps and level from the errors of forecasts made at ``ends``."""
+    n = len(history)
+    steps = paths.mean.shape[1]
+    k = np.arange(1, steps + 1)
+    target = ends[:, None] + k[None, :] - 1  # index of the value each forecast step predicts
+    seen = target < n
+    actual = np.where(seen, history[np.minimum(target, n - 1)], np.nan)
+    if native_levels:
+        levels = np.asarray(native_levels, dtype=np.float64)
+        assert paths.quantiles is not None
+        base = paths.quantiles  # (origins, steps, levels)
+        errors = actual[:, :, None] - base
+    else:
+        levels = np.asarray(LEVELS)
+        errors = (actual - paths.mean)[:, :, None]
+    centers: list[float] = []
+    offsets: list[Any] = []
+    counts: list[int] = []
+    for lo, hi in zip(_BLOCK_EDGES[:-1], _BLOCK_EDGES[1:], strict=True):
+        if lo > steps:
+            break
+        block = errors[:, lo - 1:min(hi - 1, steps), :].reshape(-1, errors.shape[2])
+        block = block[np.isfinite(block[:, 0])]
+        if len(block) < MIN_BLOCK_RESIDUALS:
+            break  # later blocks have fewer residuals still
+        if native_levels:
+            offsets.append([np.quantile(block[:, j], q) for j, q in enumerate(levels)])
+        else:
+            offsets.append(np.quantile(block[:, 0], levels))
+        centers.append(0.5 * (lo + min(hi - 1, steps)))
+        counts.append(len(block))
+    one_step = actual[:, 0] - paths.mean[:, 0]
+    return Calibration(
+        centers=np.asarray(centers, dtype=np.float64),
+        levels=levels,
+        offsets=np.asarray(offsets, dtype=np.float64).reshape(len(centers), len(levels)),
+        n_residuals=np.asarray(counts, dtype=np.int64),
+        one_step=one_step[np.isfinite(one_step)],
+        origins=ends[np.isfinite(one_step)],
+    )
+
+
+def _at_level(q: float, levels: FloatArray, table: FloatArray) -> FloatArray:
+    """Column ``q`` of ``table`` (columns at ``levels``), linear between levels, clamped."""
+    j = int(np.clip(np.searchsorted(levels, q), 1, len(levels) - 1))
+    lo, hi = levels[j - 1], levels[j]
+    w = float(np.clip((q - lo) / (hi - lo), 0.0, 1.0)) if hi > lo else 1.0
+    return np.asarray((1.0 - w) * table[:, j - 1] + w * table[:, j], dtype=np.float64)
+
+
+def _bands(mean: FloatArray, native: FloatArray | None, native_levels: Sequence[float],
+           calibration: Calibration | None, steps: int, quantiles: list[float]) -> FloatArray:
+    """Quantile bands ``(steps, len(quantiles))`` from the calibration offsets."""
+    k = np.arange(1, steps + 1, dtype=np.float64)
+    nl = np.asarray(native_levels, dtype=np.float64)
+    if calibration is None or len(calibration.centers) == 0:
+        if native is not None:  # native quantiles as they are
+            return np.stack([_at_level(q, nl, native) for q in quantiles], axis=1)
+        return np.repeat(mean[:, None], len(quantiles), axis=1)  # no spread can be measured
+    centers, offsets = calibration.centers, calibration.offsets
+    # offsets of every step: interpolated between block centres; beyond the last calibrated
+    # block, its offsets widened with the square root of the step (random-walk growth)
+    per_step = np.stack([np.interp(k, centers, offsets[:, j])
+                         for j in range(offsets.shape[1])], axis=1)
+    beyond = k > centers[-1]
+    per_step[beyond] = offsets[-1] * np.sqrt(k[beyond] / centers[-1])[:, None]
+    if native is not None:
+        calibrated = np.sort(native + per_step, axis=1)  # each level moved by its own offset
+        return np.stack([_at_level(q, nl, calibrated) for q in quantiles], axis=1)
+    return np.stack([mean + _at_level(q, calibration.levels, per_step) for q in quantiles],
+                    axis=1)

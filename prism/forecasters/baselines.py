@@ -1,8 +1,9 @@
-"""Baselines: naive, seasonal naive, window average.
+"""Baselines: naive, seasonal naive, window average, time-of-day quantiles.
 
-Their quantiles come from the in-sample error of the same rule (one-step changes for naive,
-season-over-season changes for seasonal naive, the spread of the window for window average),
-widened with the square root of how many steps (or seasons) ahead a forecast is.
+They have no parameters to learn: each forecast is a rule over the history before the origin.
+Their quantiles are conformal, from the errors of the same rule on the held-out tail
+(:mod:`prism.forecasters.base`); ``time_of_day_quantile`` has native quantiles (the empirical
+quantiles of its slot), calibrated the same way.
 """
 
 from __future__ import annotations
@@ -10,16 +11,12 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from prism.errors import DataContractError
-from prism.forecasters.base import BaseForecaster, horizon_steps
+from prism.forecasters.base import BaseForecaster, FloatArray, Paths, _seasonal_naive_paths
 
-
-def _offsets(errors: np.ndarray, quantiles: list[float]) -> np.ndarray:
-    errors = errors[np.isfinite(errors)]
-    if not len(errors) or not quantiles:
-        return np.zeros(len(quantiles))
-    return np.quantile(errors, quantiles)
+Ends = npt.NDArray[np.int64]
 
 
 class NaiveForecaster(BaseForecaster):
@@ -39,17 +36,12 @@ class NaiveForecaster(BaseForecaster):
         """Settings for the conformance suite."""
         return [{}, {"random_state": 1}]
 
-    def _fit(self, values: dict[str, np.ndarray]) -> None:
-        self.last_ = {sid: float(v[-1]) for sid, v in values.items()}
-        self.offsets_ = {sid: np.diff(v) for sid, v in values.items()}
+    def _fit(self, values: dict[str, FloatArray]) -> None:
+        pass  # nothing to learn
 
-    def _predict(
-        self, series_id: str, steps: int, quantiles: list[float]
-    ) -> tuple[np.ndarray, np.ndarray]:
-        mean = np.full(steps, self.last_[series_id])
-        spread = np.sqrt(np.arange(1, steps + 1))[:, None]
-        offsets = _offsets(self.offsets_[series_id], quantiles)[None, :]
-        return mean, mean[:, None] + spread * offsets
+    def _forecast_many(self, series_id: str, history: FloatArray, ends: Ends,
+                       steps: int) -> FloatArray:
+        return np.repeat(history[ends - 1][:, None], steps, axis=1)
 
 
 class SeasonalNaiveForecaster(BaseForecaster):
@@ -71,30 +63,22 @@ class SeasonalNaiveForecaster(BaseForecaster):
         """Settings for the conformance suite."""
         return [{"season": "1h"}, {"season": "6"}]
 
-    def _fit(self, values: dict[str, np.ndarray]) -> None:
-        self.season_steps_ = horizon_steps(self.season, self.freq_s_)
-        s = self.season_steps_
-        short = [sid for sid, v in values.items() if len(v) < s]
+    def _fit(self, values: dict[str, FloatArray]) -> None:
+        self.season_steps_ = self._steps_of(self.season)
+        short = [sid for sid, v in self.history_.items() if len(v) < self.season_steps_]
         if short:
             raise DataContractError(
                 f"series {short[0]!r} is shorter than one season ({self.season}); pass a "
                 "shorter season or more history"
             )
-        self.last_season_ = {sid: v[-s:].copy() for sid, v in values.items()}
-        self.errors_ = {sid: v[s:] - v[:-s] for sid, v in values.items()}
 
-    def _predict(
-        self, series_id: str, steps: int, quantiles: list[float]
-    ) -> tuple[np.ndarray, np.ndarray]:
-        s = self.season_steps_
-        mean = np.resize(self.last_season_[series_id], steps)
-        seasons_ahead = np.ceil(np.arange(1, steps + 1) / s)
-        offsets = _offsets(self.errors_[series_id], quantiles)[None, :]
-        return mean, mean[:, None] + np.sqrt(seasons_ahead)[:, None] * offsets
+    def _forecast_many(self, series_id: str, history: FloatArray, ends: Ends,
+                       steps: int) -> FloatArray:
+        return _seasonal_naive_paths(history, ends, steps, self.season_steps_)
 
 
 class WindowAverageForecaster(BaseForecaster):
-    """The mean of the last window; quantiles are the window's own quantiles.
+    """The mean of the last window.
 
     Args:
         window: the window as a duration (``1d``) or a number of steps.
@@ -112,21 +96,28 @@ class WindowAverageForecaster(BaseForecaster):
         """Settings for the conformance suite."""
         return [{"window": "1h"}, {"window": "3"}]
 
-    def _fit(self, values: dict[str, np.ndarray]) -> None:
-        w = horizon_steps(self.window, self.freq_s_)
-        self.window_ = {sid: v[-w:].copy() for sid, v in values.items()}
+    def _fit(self, values: dict[str, FloatArray]) -> None:
+        self.window_steps_ = self._steps_of(self.window)
 
-    def _predict(
-        self, series_id: str, steps: int, quantiles: list[float]
-    ) -> tuple[np.ndarray, np.ndarray]:
-        window = self.window_[series_id]
-        mean = np.full(steps, float(window.mean()))
-        bands = np.quantile(window, quantiles) if quantiles else np.zeros(0)
-        return mean, np.tile(bands, (steps, 1))
+    def _forecast_many(self, series_id: str, history: FloatArray, ends: Ends,
+                       steps: int) -> FloatArray:
+        w = self.window_steps_
+        csum = np.concatenate([[0.0], np.cumsum(history)])
+        starts = np.maximum(ends - w, 0)
+        means = (csum[ends] - csum[starts]) / (ends - starts)
+        return np.repeat(means[:, None], steps, axis=1)
+
+
+#: Native quantile levels of ``time_of_day_quantile``.
+_TOD_LEVELS = (0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99)
 
 
 class TimeOfDayQuantileForecaster(BaseForecaster):
     """Empirical quantiles of the same time of day (and weekday) over recent history.
+
+    The mean is the mean of the slot's values in the lookback, its quantiles their empirical
+    quantiles (then calibrated on the held-out tail). A slot with no value in the lookback
+    takes all of the lookback.
 
     Args:
         weekly: slots by weekday and time of day (``True``) or by time of day only.
@@ -135,6 +126,7 @@ class TimeOfDayQuantileForecaster(BaseForecaster):
     """
 
     alias = "time_of_day_quantile"
+    native_levels = _TOD_LEVELS
 
     def __init__(
         self, *, weekly: bool = True, lookback: str = "4w", random_state: int | None = None
@@ -148,36 +140,36 @@ class TimeOfDayQuantileForecaster(BaseForecaster):
         """Settings for the conformance suite."""
         return [{"weekly": False, "lookback": "2d"}, {"weekly": True, "lookback": "200"}]
 
-    def _slots(self, seconds: np.ndarray) -> np.ndarray:
-        day = (seconds // self.freq_s_) % (86_400 // self.freq_s_)
-        if not self.weekly:
-            return day
-        weekday = (seconds // 86_400 + 3) % 7  # 1970-01-01 was a Thursday
-        return weekday * (86_400 // self.freq_s_) + day
+    def _fit(self, values: dict[str, FloatArray]) -> None:
+        self.keep_ = self._steps_of(self.lookback)
 
-    def _seconds(self, series_id: str, offsets: np.ndarray) -> np.ndarray:
-        last = self.last_ts_[series_id].value // 1_000_000_000
-        return last + offsets * self.freq_s_
+    def _period(self) -> int:
+        """Steps between two visits of the same slot (a day, or a week)."""
+        per_day = max(1, 86_400 // self.freq_s_)
+        return per_day * (7 if self.weekly else 1)
 
-    def _fit(self, values: dict[str, np.ndarray]) -> None:
-        keep = horizon_steps(self.lookback, self.freq_s_)
-        self.history_ = {}
-        for sid, v in values.items():
-            recent = v[-keep:]
-            slots = self._slots(self._seconds(sid, np.arange(-len(recent) + 1, 1)))
-            self.history_[sid] = (slots, recent.copy())
-
-    def _predict(
-        self, series_id: str, steps: int, quantiles: list[float]
-    ) -> tuple[np.ndarray, np.ndarray]:
-        slots, recent = self.history_[series_id]
-        future = self._slots(self._seconds(series_id, np.arange(1, steps + 1)))
-        mean = np.empty(steps)
-        bands = np.empty((steps, len(quantiles)))
-        for i, slot in enumerate(future):
-            same = recent[slots == slot]
-            pool = same if len(same) else recent  # a slot not seen yet: all recent history
-            mean[i] = pool.mean()
-            if quantiles:
-                bands[i] = np.quantile(pool, quantiles)
-        return mean, bands
+    def _forecast_many(self, series_id: str, history: FloatArray, ends: Ends,
+                       steps: int) -> Paths:
+        # On a regular grid the values of target t's slot are t - P, t - 2P, ... (P a day or
+        # a week); those before the origin and inside the lookback form its pool.
+        period = self._period()
+        reach = self.keep_ // period + 2
+        target = ends[:, None] + np.arange(steps)[None, :]  # (origins, steps)
+        first_j = (target - ends[:, None]) // period + 1
+        j = first_j[:, :, None] + np.arange(reach)[None, None, :]
+        idx = target[:, :, None] - j * period
+        lo = np.maximum(ends - self.keep_, 0)[:, None, None]
+        ok: npt.NDArray[np.bool_] = idx >= lo
+        pool = np.where(ok, history[np.clip(idx, 0, None)], np.nan)
+        empty: npt.NDArray[np.bool_] = ~np.any(ok, axis=2)
+        means = np.empty(target.shape)
+        bands = np.empty((*target.shape, len(_TOD_LEVELS)))
+        full = ~empty
+        if full.any():
+            means[full] = np.nanmean(pool[full], axis=1)
+            bands[full] = np.nanquantile(pool[full], _TOD_LEVELS, axis=1).T
+        for i in np.flatnonzero(empty.any(axis=1)):  # slots not seen yet: all recent history
+            recent = history[int(lo[i, 0, 0]):int(ends[i])]
+            means[i, empty[i]] = recent.mean()
+            bands[i, empty[i]] = np.quantile(recent, _TOD_LEVELS)
+        return Paths(means, bands)
