@@ -10,6 +10,7 @@ from prism.forecasters.baselines import (
     TimeOfDayQuantileForecaster,
     WindowAverageForecaster,
 )
+from prism.forecasters.rnn import GruForecaster, LstmForecaster
 from prism.forecasters.statistical import (
     ArimaForecaster,
     EtsForecaster,
@@ -22,7 +23,7 @@ FORECASTERS: dict[str, type[BaseForecaster]] = {
     cls.alias: cls
     for cls in (NaiveForecaster, SeasonalNaiveForecaster, WindowAverageForecaster,
                 TimeOfDayQuantileForecaster, EtsForecaster, ArimaForecaster,
-                ThetaForecaster, MstlForecaster)
+                ThetaForecaster, MstlForecaster, LstmForecaster, GruForecaster)
 }
 
 
