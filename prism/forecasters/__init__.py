@@ -10,6 +10,7 @@ from prism.forecasters.baselines import (
     TimeOfDayQuantileForecaster,
     WindowAverageForecaster,
 )
+from prism.forecasters.hybrid import PrismForecaster
 from prism.forecasters.rnn import GruForecaster, LstmForecaster
 from prism.forecasters.statistical import (
     ArimaForecaster,
@@ -23,7 +24,8 @@ FORECASTERS: dict[str, type[BaseForecaster]] = {
     cls.alias: cls
     for cls in (NaiveForecaster, SeasonalNaiveForecaster, WindowAverageForecaster,
                 TimeOfDayQuantileForecaster, EtsForecaster, ArimaForecaster,
-                ThetaForecaster, MstlForecaster, LstmForecaster, GruForecaster)
+                ThetaForecaster, MstlForecaster, PrismForecaster, LstmForecaster,
+                GruForecaster)
 }
 
 

@@ -175,28 +175,51 @@ def fit_dictionary(
 ) -> PrimitiveDictionary:
     """Learn a primitive dictionary from all series of ``panel`` (windows pooled).
 
-    Fourier atoms sit at the periods found in at least a quarter of the series (and at least
-    one); atoms span ``lookback + horizon`` steps, one day each by default.
+    See :func:`learn_dictionary`, which this calls on the panel's series.
 
     Raises:
         DataContractError: when the panel is not a regular panel or too short.
     """
     panel = validate_panel(panel)
     freq_s = _freq_seconds(panel)
-    arrays = _series_arrays(panel)
+    arrays = [values for _, values in _series_arrays(panel).values()]
+    return learn_dictionary(arrays, freq_s=freq_s, n_atoms=n_atoms, sparsity=sparsity,
+                            lookback=lookback, horizon=horizon, random_state=random_state)
+
+
+def learn_dictionary(
+    series: Sequence[np.ndarray],
+    *,
+    freq_s: int,
+    n_atoms: int = 12,
+    sparsity: int = 3,
+    lookback: int | None = None,
+    horizon: int | None = None,
+    n_trend: int = 2,
+    random_state: int | None = 0,
+) -> PrimitiveDictionary:
+    """Learn a primitive dictionary from regular series with step ``freq_s`` (windows pooled).
+
+    Fourier atoms sit at the periods found in at least a quarter of the series (and at least
+    one); atoms span ``lookback + horizon`` steps, one day each by default; ``n_trend``
+    Legendre trend atoms (see :class:`PrimitiveDictionary`).
+
+    Raises:
+        DataContractError: when no series is long enough for one window.
+    """
     day = max(2, DAY_S // freq_s)
     found: dict[int, int] = {}
-    for _, values in arrays.values():
+    for values in series:
         for p in find_periods(values, freq_s=freq_s, random_state=random_state):
             key = int(round(p.steps))
             match = next((k for k in found if abs(k - key) <= 0.02 * k), key)
             found[match] = found.get(match, 0) + 1
-    needed = max(1, len(arrays) // 4)
+    needed = max(1, len(series) // 4)
     periods = sorted(k for k, n in found.items() if n >= needed)
     lookback = lookback or day
     horizon = horizon if horizon is not None else day
     length = lookback + horizon
-    usable = [v for _, v in arrays.values() if len(v) >= length]
+    usable = [v for v in series if len(v) >= length]
     if not usable:
         raise DataContractError(
             f"no series has {length} steps ({length * freq_s / 3600:g} h) for one window; "
@@ -205,7 +228,7 @@ def fit_dictionary(
     periods = [p for p in periods if p <= length]
     dictionary = PrimitiveDictionary(
         n_atoms=n_atoms, lookback=lookback, horizon=horizon, sparsity=sparsity,
-        periods=tuple(float(p) for p in periods), random_state=random_state,
+        periods=tuple(float(p) for p in periods), n_trend=n_trend, random_state=random_state,
     )
     return dictionary.fit(usable)
 

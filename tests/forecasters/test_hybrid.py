@@ -1,0 +1,93 @@
+"""The PRISM hybrid: its candidates, its per-window combiner and its switches."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from prism.forecasters import get_forecaster
+from prism.forecasters.hybrid import PrismForecaster
+
+STEP = pd.Timedelta("10min")
+NO_RNN = {"use_rnn": False}
+
+
+def _panel(values: dict[str, np.ndarray]) -> pd.DataFrame:
+    return pd.concat([
+        pd.DataFrame({"series_id": sid, "ts": pd.date_range("2026-01-05", periods=len(v),
+                                                            freq=STEP), "value": v})
+        for sid, v in values.items()], ignore_index=True)
+
+
+def _square_wave(days: int) -> np.ndarray:
+    """Busy 08:00-20:00 (40 GPUs), idle at night (8 GPUs): the same every day."""
+    slot = np.arange(144 * days) % 144
+    return np.where((slot >= 48) & (slot < 120), 40.0, 8.0)
+
+
+def test_a_candidate_that_has_been_exact_takes_the_forecast() -> None:
+    # On an exactly repeating day the season candidate has made no error in the combiner's
+    # window, so the combined forecast is the last day again, bit for bit.
+    values = _square_wave(14)
+    model = get_forecaster("prism", **NO_RNN).fit(_panel({"c/all/gpus_in_use": values}))
+    out = model.predict("1d", (0.1, 0.9))
+    np.testing.assert_array_equal(out["mean"].to_numpy(), values[-144:])
+    # and the season made no error on the calibration tail either: a zero-width band
+    np.testing.assert_allclose(out["p90"] - out["p10"], 0.0, atol=1e-9)
+
+
+def test_weights_follow_the_recent_regime() -> None:
+    # A daily cycle for two weeks, then five days of flat demand: at the end the level
+    # candidates have been right and the season wrong, so the forecast is flat; at the end
+    # of the cyclic part it was the cycle.
+    values = np.concatenate([_square_wave(14), np.full(144 * 5, 20.0)])
+    model = PrismForecaster(**NO_RNN).fit(_panel({"c/all/gpus_in_use": values}))
+    sid = "c/all/gpus_in_use"
+    history = model.history_[sid]
+    flat_end = model._forecast_many(sid, history, np.array([len(history)]), 144)[0]
+    np.testing.assert_allclose(flat_end, 20.0, atol=1e-6)
+    cyclic_end = model._forecast_many(sid, history, np.array([144 * 14]), 144)[0]
+    np.testing.assert_allclose(cyclic_end, _square_wave(1), atol=1e-6)
+
+
+def test_after_a_burst_the_forecast_decays_to_the_base_load() -> None:
+    # An idle VC (2 GPUs) with bursts to 30 GPUs that last three hours: right after a burst
+    # starts, naive keeps 30 for the whole day; PRISM expects it to end.
+    rng = np.random.default_rng(2)
+    values = np.full(144 * 21, 2.0)
+    for start in rng.choice(np.arange(100, len(values) - 200), 25, replace=False):
+        values[start:start + 18] = 30.0
+    values[-3:] = 30.0  # a burst is under way at the end
+    panel = _panel({"c/vc1/gpus_in_use": values})
+    prism = get_forecaster("prism", **NO_RNN).fit(panel).predict("1d", ())
+    mean = prism["mean"].to_numpy()
+    assert mean[0] > 25.0  # the burst is still on in ten minutes
+    assert mean[72:].max() < 0.6 * 30.0  # half a day later it has mostly decayed
+    assert mean[-36:].mean() < mean[36:72].mean() < mean[:36].mean()
+
+
+def test_switches_drop_their_parts() -> None:
+    rng = np.random.default_rng(0)
+    t = np.arange(144 * 10)
+    values = 30 + 10 * np.sin(2 * np.pi * t / 144) + rng.normal(0, 2, len(t))
+    panel = _panel({"c/all/gpus_in_use": values})
+    full = PrismForecaster(**NO_RNN).fit(panel)
+    bare = PrismForecaster(use_primitives=False, use_spectral=False, **NO_RNN).fit(panel)
+    assert full.dictionary_ is not None and bare.dictionary_ is None
+    assert full.rnn_ is None
+    assert len(full.state_["c/all/gpus_in_use"].sinusoids[0]) >= 1  # the daily sine
+    assert len(bare.state_["c/all/gpus_in_use"].sinusoids[0]) == 0
+    assert not np.allclose(full.predict(36, ())["mean"], bare.predict(36, ())["mean"])
+
+
+def test_the_dictionary_is_learned_once_from_all_series() -> None:
+    rng = np.random.default_rng(1)
+    values = {f"c/vc{i}/gpus_in_use": 20 + rng.normal(0, 3, 144 * 8).cumsum() * 0.1
+              for i in range(3)}
+    model = PrismForecaster(**NO_RNN).fit(_panel(values))
+    assert model.dictionary_ is not None
+    first = model.dictionary_
+    one = PrismForecaster(**NO_RNN).fit(_panel({"c/vc0/gpus_in_use": values[
+        "c/vc0/gpus_in_use"]}))
+    assert one.dictionary_ is not None
+    assert not np.allclose(first.atoms_, one.dictionary_.atoms_)  # it saw other windows
