@@ -22,6 +22,7 @@ class Settings(BaseSettings):
             (``PRISM_CATALOGUE_URL``); used for mirrors and by the tests.
         memory_limit: DuckDB's memory limit, e.g. ``2GB`` (``PRISM_MEMORY_LIMIT``; default:
             DuckDB's own, 80 % of RAM). Larger aggregations then spill to disk.
+        models_dir: the model registry (``PRISM_MODELS_DIR``).
     """
 
     model_config = SettingsConfigDict(env_prefix="PRISM_", extra="ignore")
@@ -31,6 +32,7 @@ class Settings(BaseSettings):
     api_token: str | None = None
     catalogue_url: str | None = None
     memory_limit: str | None = None
+    models_dir: Path = Path("models")
 
 
 @lru_cache(maxsize=1)
