@@ -1,0 +1,380 @@
+"""Tests of the forecast metrics (evaluation/metrics.py): oracles, references, invariants."""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+from scipy import stats
+
+from evaluation.backtest import backtest
+from evaluation.metrics import (
+    burst_mse,
+    burst_threshold,
+    by_step,
+    coverage,
+    crps,
+    evaluate,
+    mae,
+    mase,
+    over_provisioning,
+    pinball_loss,
+    quantile_levels,
+    rmse,
+    seasonal_scale,
+    smape,
+    summary,
+    under_provisioning_rate,
+)
+from prism.errors import ConfigError, DataContractError
+from prism.forecasters import get_forecaster
+
+T0 = pd.Timestamp("2026-01-05")
+
+
+# -- array oracles -----------------------------------------------------------------------------
+def test_point_metrics_on_a_hand_computed_case() -> None:
+    y, f = [1.0, 2.0, 3.0, 4.0], [2.0, 2.0, 5.0, 0.0]
+    assert mae(y, f) == pytest.approx(7 / 4)
+    assert rmse(y, f) == pytest.approx(math.sqrt(21 / 4))
+    assert smape(y, f) == pytest.approx((1 / 3 + 0 + 2 / 8 + 4 / 4) / 4)
+
+
+def test_smape_defines_zero_over_zero_as_zero() -> None:
+    assert smape([0.0, 0.0], [0.0, 0.0]) == 0.0
+    assert smape([0.0, 0.0], [0.0, 3.0]) == pytest.approx(0.5)
+
+
+def test_mase_of_the_seasonal_naive_on_its_own_scaling_window_is_one() -> None:
+    history = np.random.default_rng(0).gamma(2.0, 10.0, 200)
+    season = 24
+    scale = seasonal_scale(history, season)
+    assert mase(history[season:], history[:-season], scale) == pytest.approx(1.0, abs=1e-12)
+
+
+def test_mase_is_undefined_for_a_zero_or_missing_scale() -> None:
+    assert math.isnan(mase([1.0, 2.0], [1.0, 1.0], seasonal_scale([3.0] * 10, 2)))
+    assert math.isnan(seasonal_scale([1.0, 2.0], 2))  # no full season of changes
+    assert seasonal_scale([1.0, 2.0, 4.0], 1) == pytest.approx(1.5)
+    with pytest.raises(ConfigError, match="season"):
+        seasonal_scale([1.0, 2.0], 0)
+
+
+def test_pinball_loss_weights_under_and_over_forecasts_by_the_level() -> None:
+    assert pinball_loss([10.0], [8.0], 0.9) == pytest.approx(0.9 * 2)
+    assert pinball_loss([8.0], [10.0], 0.9) == pytest.approx(0.1 * 2)
+    assert pinball_loss([8.0, 10.0], [10.0, 8.0], 0.5) == pytest.approx(1.0)
+    with pytest.raises(ConfigError, match="between 0 and 1"):
+        pinball_loss([1.0], [1.0], 1.0)
+
+
+def test_crps_of_a_perfect_point_forecast_is_zero() -> None:
+    y = np.array([3.0, 0.0, 7.5])
+    levels = [0.05, 0.5, 0.9, 0.99]
+    assert crps(y, np.repeat(y[:, None], len(levels), axis=1), levels) == 0.0
+
+
+def test_crps_of_a_point_mass_with_symmetric_levels_is_the_mae() -> None:
+    y, f = np.array([3.0, 0.0, 7.5]), np.array([4.0, 1.0, 5.0])
+    levels = [0.1, 0.25, 0.5, 0.75, 0.9]
+    assert crps(y, np.repeat(f[:, None], 5, axis=1), levels) == pytest.approx(mae(y, f))
+
+
+def test_crps_from_many_quantiles_approaches_the_normal_closed_form() -> None:
+    # CRPS(N(0, 1), 0) = 2 phi(0) - 1 / sqrt(pi)
+    exact = 2 * stats.norm.pdf(0.0) - 1 / math.sqrt(math.pi)
+    levels = list(np.arange(1, 200) / 200)
+    approx = crps([0.0], stats.norm.ppf(levels)[None, :], levels)
+    assert approx == pytest.approx(exact, rel=0.02)
+
+
+def test_coverage_of_infinite_intervals_is_one() -> None:
+    y = np.array([-1e9, 0.0, 5.0, 1e12])
+    assert coverage(y, np.full(4, -np.inf), np.full(4, np.inf)) == 1.0
+    assert coverage([1.0, 5.0, 9.0, 3.0], [0.0, 6.0, 0.0, 3.0], [2.0, 7.0, 8.0, 3.0]) == 0.5
+
+
+def test_provisioning_metrics_on_a_hand_computed_case() -> None:
+    y, p95 = [10.0, 20.0, 30.0, 40.0], [12.0, 18.0, 30.0, 45.0]
+    assert under_provisioning_rate(y, p95) == 0.25  # only 20 > 18
+    assert over_provisioning(y, p95) == pytest.approx((2 + 0 + 0 + 5) / 4)
+
+
+def test_burst_mse_keeps_only_changes_above_the_training_percentile() -> None:
+    history = [0.0, 2.0, 1.0, 4.0, 2.0, 6.0]  # |changes| 2 1 3 2 4
+    threshold = burst_threshold(history)
+    assert threshold == pytest.approx(3.8)  # linear interpolation: 3 + 0.8 * (4 - 3)
+    actual, forecast = [4.0, 8.0, 8.5], [5.0, 5.0, 9.0]  # changes 2, 4, 0.5 from 6
+    assert burst_mse(actual, forecast, previous=6.0, threshold=threshold) == pytest.approx(9.0)
+    assert math.isnan(burst_mse([6.0], [0.0], previous=6.0, threshold=threshold))
+
+
+def test_array_metrics_reject_mismatched_or_empty_input() -> None:
+    with pytest.raises(DataContractError, match="shape"):
+        mae([1.0, 2.0], [1.0])
+    with pytest.raises(DataContractError, match="at least one"):
+        rmse([], [])
+
+
+# -- array invariants --------------------------------------------------------------------------
+# zero or a magnitude in [1e-6, 1e6]: scaling by c in [1e-3, 1e3] cannot underflow to 0
+FLOATS = st.one_of(st.just(0.0), st.floats(1e-6, 1e6), st.floats(-1e6, -1e-6))
+PAIRS = st.integers(1, 40).flatmap(lambda n: st.tuples(
+    hnp.arrays(np.float64, n, elements=FLOATS), hnp.arrays(np.float64, n, elements=FLOATS)))
+SCALES = st.floats(1e-3, 1e3)
+LEVELS = st.floats(0.01, 0.99)
+
+
+@settings(max_examples=60, deadline=None)
+@given(pair=PAIRS, level=LEVELS)
+def test_metrics_are_non_negative(pair: tuple[np.ndarray, np.ndarray], level: float) -> None:
+    y, f = pair
+    assert mae(y, f) >= 0
+    assert rmse(y, f) >= mae(y, f) - 1e-9 * max(1.0, mae(y, f))  # RMSE >= MAE
+    assert 0 <= smape(y, f) <= 1
+    assert pinball_loss(y, f, level) >= 0
+    assert crps(y, np.sort(np.stack([f, y], axis=1), axis=1), [level / 2, 0.5 + level / 2]) >= 0
+    assert 0 <= coverage(y, np.minimum(y, f), f) <= 1
+    assert 0 <= under_provisioning_rate(y, f) <= 1
+    assert over_provisioning(y, f) >= 0
+    scale = seasonal_scale(np.concatenate([y, f]), 1)
+    m = mase(y, f, scale)
+    assert math.isnan(m) or m >= 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(pair=PAIRS, c=SCALES, level=LEVELS)
+def test_scale_free_metrics_ignore_units_and_the_rest_scale_with_them(
+    pair: tuple[np.ndarray, np.ndarray], c: float, level: float
+) -> None:
+    y, f = pair
+    history = np.concatenate([f, y])
+    scale, scaled = seasonal_scale(history, 1), seasonal_scale(c * history, 1)
+    if scale > 1e-6:
+        assert mase(c * y, c * f, scaled) == pytest.approx(mase(y, f, scale), rel=1e-6)
+    assert smape(c * y, c * f) == pytest.approx(smape(y, f), rel=1e-6, abs=1e-12)
+    assert mae(c * y, c * f) == pytest.approx(c * mae(y, f), rel=1e-9, abs=1e-9)
+    assert rmse(c * y, c * f) == pytest.approx(c * rmse(y, f), rel=1e-9, abs=1e-9)
+    assert pinball_loss(c * y, c * f, level) == pytest.approx(
+        c * pinball_loss(y, f, level), rel=1e-9, abs=1e-9)
+    assert over_provisioning(c * y, c * f) == pytest.approx(
+        c * over_provisioning(y, f), rel=1e-9, abs=1e-9)
+
+
+# -- frames ------------------------------------------------------------------------------------
+def hand_case() -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Two hourly series, one window of two steps each; ``b`` has a constant history."""
+    ts = pd.date_range(T0, periods=8, freq="h")
+    panel = pd.concat([
+        pd.DataFrame({"series_id": "c/a/m", "ts": ts,
+                      "value": [2.0, 4.0, 3.0, 6.0, 4.0, 8.0, 6.0, 10.0]}),
+        pd.DataFrame({"series_id": "c/b/m", "ts": ts, "value": [5.0] * 6 + [5.0, 6.0]}),
+    ], ignore_index=True)
+    frame = pd.DataFrame({
+        "series_id": ["c/a/m"] * 2 + ["c/b/m"] * 2,
+        "ts": [ts[6], ts[7]] * 2,
+        "cutoff": [ts[5]] * 4,
+        "model": "m1",
+        "mean": [7.0, 7.0, 5.0, 5.0],
+        "p10": [5.0, 5.0, 5.0, 5.0],
+        "p50": [7.0, 8.0, 5.0, 5.0],
+        "p90": [9.0, 9.0, 5.0, 5.0],
+        "value": [6.0, 10.0, 5.0, 6.0],
+    })
+    return panel, frame
+
+
+def test_evaluate_on_a_hand_computed_window() -> None:
+    panel, frame = hand_case()
+    out = evaluate(frame, panel, season=2).set_index("series_id")
+    assert list(out.columns) == [
+        "model", "cutoff", "n", "mae", "rmse", "mase", "smape", "pinball_p10", "pinball_p50",
+        "pinball_p90", "crps", "coverage_80", "burst_mse", "burst_steps", "under_p90",
+        "over_p90"]
+    a = out.loc["c/a/m"]
+    assert a["n"] == 2
+    assert a["mae"] == pytest.approx(2.0)  # |6 - 7|, |10 - 7|
+    assert a["rmse"] == pytest.approx(math.sqrt(5.0))
+    assert a["mase"] == pytest.approx(2.0 / 1.5)  # seasonal (2) changes 1 2 1 2
+    assert a["smape"] == pytest.approx((1 / 13 + 3 / 17) / 2)
+    assert a["pinball_p10"] == pytest.approx((0.1 * 1 + 0.1 * 5) / 2)
+    assert a["pinball_p50"] == pytest.approx((0.5 * 1 + 0.5 * 2) / 2)
+    assert a["pinball_p90"] == pytest.approx((0.1 * 3 + 0.9 * 1) / 2)
+    assert a["crps"] == pytest.approx(2 * (0.3 + 0.75 + 0.6) / 3)
+    assert a["coverage_80"] == 0.5  # 6 in [5, 9], 10 not
+    # |changes| of the history 2 1 3 2 4 -> p95 3.8; test changes |6-8| = 2, |10-6| = 4
+    assert a["burst_steps"] == 1
+    assert a["burst_mse"] == pytest.approx(9.0)
+    assert a["under_p90"] == 0.5
+    assert a["over_p90"] == pytest.approx(1.5)
+    b = out.loc["c/b/m"]
+    assert pd.isna(b["mase"])  # constant history: no scale
+    assert b["burst_steps"] == 1  # threshold 0: the change 5 -> 6 is a burst, 5 -> 5 is not
+    assert b["burst_mse"] == pytest.approx(1.0)
+
+
+def test_summary_excludes_and_counts_windows_without_a_mase(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    panel, frame = hand_case()
+    with caplog.at_level(logging.INFO, logger="evaluation.metrics"):
+        evaluate(frame, panel, season=2)
+    assert "undefined" in caplog.text
+    out = summary(frame, panel, season=2).iloc[0]
+    assert out["model"] == "m1"
+    assert out["windows"] == 2 and out["series"] == 2 and out["mase_undefined"] == 1
+    assert out["mase"] == pytest.approx(2.0 / 1.5)
+    assert out["mae"] == pytest.approx((2.0 + 0.5) / 2)
+    assert out["burst_mse"] == pytest.approx((9.0 + 1.0) / 2)  # pooled over burst steps
+
+
+def test_by_step_pools_series_and_cutoffs_per_horizon_step() -> None:
+    panel, frame = hand_case()
+    out = by_step(frame, panel, season=2).set_index("horizon_step")
+    assert list(out.index) == [1, 2]
+    assert out.loc[1, "mae"] == pytest.approx((1.0 + 0.0) / 2)
+    assert out.loc[2, "mae"] == pytest.approx((3.0 + 1.0) / 2)
+    assert out.loc[2, "rmse"] == pytest.approx(math.sqrt((9.0 + 1.0) / 2))
+    assert out.loc[2, "mase"] == pytest.approx(3.0 / 1.5)  # b has no scale: left out
+
+
+def test_coverage_of_a_level_without_its_quantiles_says_which_columns_it_needs() -> None:
+    panel, frame = hand_case()
+    with pytest.raises(DataContractError, match=r"p5 and p95.*quantiles 0.05 and 0.95"):
+        evaluate(frame, panel, season=2, coverage_levels=[0.9])
+    with pytest.raises(DataContractError, match="p99"):
+        evaluate(frame, panel, season=2, provision_levels=[0.99])
+    out = evaluate(frame, panel, season=2, coverage_levels=[0.8], provision_levels=[0.5])
+    assert "coverage_80" in out and "under_p50" in out and "under_p90" not in out
+
+
+def test_a_frame_without_quantiles_has_crps_equal_to_mae() -> None:
+    panel, frame = hand_case()
+    out = evaluate(frame.drop(columns=["p10", "p50", "p90"]), panel, season=2)
+    assert (out["crps"] == out["mae"]).all()
+    assert not any(c.startswith(("coverage_", "under_", "pinball_")) for c in out.columns)
+
+
+def test_frame_errors_name_the_problem() -> None:
+    panel, frame = hand_case()
+    with pytest.raises(DataContractError, match="missing"):
+        evaluate(frame.drop(columns=["cutoff"]), panel)
+    with pytest.raises(DataContractError, match="not in the panel"):
+        evaluate(frame, panel[panel["series_id"] == "c/a/m"], season=2)
+
+
+def test_quantile_levels_parses_columns() -> None:
+    frame = pd.DataFrame(columns=["mean", "p50", "p97.5", "p5", "p100", "pct"])
+    assert quantile_levels(frame) == {0.05: "p5", 0.5: "p50", 0.975: "p97.5"}
+
+
+def synthetic_panel(n: int = 240, series: int = 2, seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    ts = pd.date_range(T0, periods=n, freq="h")
+    t = np.arange(n)
+    return pd.concat([
+        pd.DataFrame({"series_id": f"c/vc{i}/gpus_in_use", "ts": ts,
+                      "value": 40 + 15 * np.sin(2 * np.pi * t / 24 + i) + rng.normal(0, 3, n)})
+        for i in range(series)
+    ], ignore_index=True)
+
+
+def test_evaluate_matches_the_array_metrics_window_by_window() -> None:
+    panel = synthetic_panel()
+    frame = backtest(get_forecaster("naive"), panel, horizon=6, windows=3,
+                     quantiles=(0.05, 0.5, 0.95, 0.99))
+    out = evaluate(frame, panel)
+    assert len(out) == 2 * 3
+    for row in out.itertuples():
+        w = frame[(frame["series_id"] == row.series_id) & (frame["cutoff"] == row.cutoff)]
+        s = panel[panel["series_id"] == row.series_id]
+        history = s.loc[s["ts"] <= row.cutoff, "value"].to_numpy()
+        y, f = w["value"].to_numpy(), w["mean"].to_numpy()
+        assert row.mae == pytest.approx(mae(y, f))
+        assert row.rmse == pytest.approx(rmse(y, f))
+        assert row.mase == pytest.approx(mase(y, f, seasonal_scale(history, 24)))
+        assert row.smape == pytest.approx(smape(y, f))
+        qs = w[["p5", "p50", "p95", "p99"]].to_numpy()
+        assert row.crps == pytest.approx(crps(y, qs, [0.05, 0.5, 0.95, 0.99]))
+        assert row.coverage_90 == pytest.approx(coverage(y, w["p5"], w["p95"]))
+        assert row.under_p95 == pytest.approx(under_provisioning_rate(y, w["p95"]))
+        assert row.over_p99 == pytest.approx(over_provisioning(y, w["p99"]))
+        expected = burst_mse(y, f, history[-1], burst_threshold(history))
+        assert row.burst_mse == pytest.approx(expected, nan_ok=True)
+
+
+def _window(history: np.ndarray, actual: np.ndarray, mean: np.ndarray,
+            spread: np.ndarray) -> tuple[pd.DataFrame, pd.DataFrame]:
+    n, h = len(history), len(actual)
+    ts = pd.date_range(T0, periods=n + h, freq="h")
+    panel = pd.DataFrame({"series_id": "c/a/m", "ts": ts,
+                          "value": np.concatenate([history, actual])})
+    frame = pd.DataFrame({"series_id": "c/a/m", "ts": ts[n:], "cutoff": ts[n - 1],
+                          "model": "m", "mean": mean, "p5": mean - spread, "p50": mean,
+                          "p95": mean + spread, "value": actual})
+    return panel, frame
+
+
+POSITIVE = st.one_of(st.just(0.0), st.floats(1e-6, 1e4))  # no subnormals: scaling is exact
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    data=st.integers(2, 12).flatmap(lambda h: st.tuples(
+        hnp.arrays(np.float64, 30, elements=POSITIVE),
+        hnp.arrays(np.float64, h, elements=POSITIVE),
+        hnp.arrays(np.float64, h, elements=POSITIVE),
+        hnp.arrays(np.float64, h, elements=st.floats(0, 100)))),
+    c=st.sampled_from([0.125, 0.5, 2.0, 16.0]),
+)
+def test_frame_metrics_are_scale_free_or_scale_with_the_units(
+    data: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], c: float
+) -> None:
+    # powers of two scale floats exactly, so comparisons (bursts, coverage) cannot flip
+    history, actual, mean, spread = data
+    panel, frame = _window(history, actual, mean, spread)
+    spanel, sframe = _window(c * history, c * actual, c * mean, c * spread)
+    base = evaluate(frame, panel, season=4).iloc[0]
+    scaled = evaluate(sframe, spanel, season=4).iloc[0]
+    for col in ("mase", "smape", "coverage_90", "under_p95", "burst_steps"):
+        assert scaled[col] == pytest.approx(base[col], rel=1e-9, nan_ok=True)
+    for col in ("mae", "rmse", "crps", "pinball_p95", "over_p95"):
+        assert scaled[col] == pytest.approx(c * base[col], rel=1e-9, abs=1e-12)
+    assert scaled["burst_mse"] == pytest.approx(c * c * base["burst_mse"], rel=1e-9,
+                                                nan_ok=True)
+    for col in base.index:
+        if isinstance(base[col], float) and not math.isnan(base[col]):
+            assert base[col] >= 0, col
+
+
+def test_real_backtest_of_the_naive_has_the_expected_mase(traces: object) -> None:
+    from pathlib import Path
+
+    from prism.ingest.pipeline import ingest
+    from prism.store import Store
+
+    assert isinstance(traces, Path)
+    with Store.open(":memory:") as store:
+        ingest(store, [traces / "helios_earth_vc" / "earth_vc6YE_1min.csv.gz"], "helios-vc")
+        panel = store.load_panel(["earth/vc6YE/gpus_in_use"])
+    frame = backtest([get_forecaster("naive"), get_forecaster("seasonal_naive")], panel,
+                     horizon="1d", windows=7)
+    out = summary(frame, panel).set_index("model")
+    # reference: the naive forecast is the value at the cutoff; the scale the one-day
+    # seasonal differences of everything up to it
+    y = panel["value"].to_numpy()
+    n, day = len(y), 144
+    ratios = []
+    for w in range(7):
+        c = n - 1 - day - (6 - w) * day
+        scale = np.mean(np.abs(y[day:c + 1] - y[:c + 1 - day]))
+        ratios.append(np.mean(np.abs(y[c + 1:c + 1 + day] - y[c])) / scale)
+    assert out.loc["naive", "mase"] == pytest.approx(np.mean(ratios))
+    assert out.loc["naive", "windows"] == 7
+    assert out["mase"].idxmin() == "naive"
