@@ -164,24 +164,102 @@ def _human(seconds: float) -> str:
     return f"{seconds:.3g}s"
 
 
-def _cmd_forecast(args: argparse.Namespace) -> int:
-    if not args.series_ids and not args.all:
-        raise ConfigError("name one or more series ids, or pass --all")
+def _quantile_list(text: str) -> list[float]:
     try:
-        quantiles = [float(q) for q in args.quantiles.split(",") if q.strip()]
+        return [float(q) for q in text.split(",") if q.strip()]
     except ValueError as exc:
-        raise ConfigError(f"--quantiles {args.quantiles!r} is not a list of numbers such as "
+        raise ConfigError(f"--quantiles {text!r} is not a list of numbers such as "
                           "0.5,0.9,0.99") from exc
-    frame = services.forecast_series(
-        args.db, None if args.all else args.series_ids, horizon=args.horizon,
-        quantiles=quantiles, model=args.model, params=_pairs(args.param, "--param"),
-    )
+
+
+def _cmd_forecast(args: argparse.Namespace) -> int:
+    if not args.series_ids and not args.all and not args.from_model:
+        raise ConfigError("name one or more series ids, or pass --all")
+    with _err.status(f"fitting {args.from_model or args.model} ...", spinner="dots"):
+        result = services.forecast_series(
+            args.db, None if args.all else (args.series_ids or None), horizon=args.horizon,
+            quantiles=_quantile_list(args.quantiles), model=args.model,
+            params=_pairs(args.param, "--param"), save=args.save, from_model=args.from_model,
+            models_dir=args.models_dir, reconcile=args.reconcile,
+        )
+    frame = result.frame
+    for sid, reason in result.fallback.items():
+        _err.print(f"note: {sid} is forecast by the seasonal naive fallback: {reason}",
+                   markup=False)
     if args.output:
         path = services.write_frame(frame, args.output)
         _out.print(f"wrote {len(frame):,} rows ({frame['series_id'].nunique()} series, model "
-                   f"{args.model}) to {path}")
+                   f"{frame['model'].iloc[0]}) to {path}")
     else:
-        _out.print(_table(frame, title=f"forecast ({args.model})"))
+        _out.print(_table(frame, title=f"forecast ({frame['model'].iloc[0]})"))
+    if result.model_id:
+        _out.print(f"model {result.model_id}" + (" saved" if args.save else ""))
+    return 0
+
+
+def _cmd_backtest(args: argparse.Namespace) -> int:
+    from evaluation.backtest import backtest
+    from evaluation.metrics import summary
+    from prism.forecasters import get_forecaster
+
+    if not args.series and not args.all:
+        raise ConfigError("name series with --series (repeatable), or pass --all")
+    if not args.output and not args.summary:
+        raise ConfigError("pass --output FILE.csv for the forecasts, --summary for the table, "
+                          "or both")
+    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    if not models:
+        raise ConfigError("--models is empty; name models, e.g. --models prism,seasonal_naive")
+    forecasters = {m: get_forecaster(m) for m in models}
+    refit: int | str = "always" if args.refit == "always" else _positive_int(args.refit)
+    panel = services.load_panel(args.db, None if args.all else args.series)
+    with _progress(not args.quiet) as progress:
+        frame = backtest(
+            forecasters, panel, horizon=args.horizon, windows=args.windows, step=args.step,
+            quantiles=_quantile_list(args.quantiles), refit=refit,  # type: ignore[arg-type]
+            on_short="skip" if args.all else "raise",
+            progress=(lambda done, total: progress("backtest", done, total)) if progress
+            else None,
+        )
+    if args.output:
+        path = services.write_frame(frame, args.output)
+        _out.print(f"wrote {len(frame):,} rows ({frame['series_id'].nunique()} series, "
+                   f"{len(models)} models, {args.windows} windows) to {path}")
+    if args.summary:
+        table = summary(frame, panel)
+        shown = [c for c in table.columns if not c.startswith("pinball_")
+                 and c not in ("model", "mase_undefined", "burst_steps")]
+        # one column per model, one row per metric: readable with many metrics
+        wide = table.set_index("model")[shown].T.astype(float).round(4)
+        _out.print(_table(wide.reset_index(names="metric"), title=f"backtest: horizon {args.horizon}, {args.windows} "
+                          "windows (means over windows)"))
+    return 0
+
+
+def _positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise ConfigError(f"--refit {text!r}: use 'always' or a number of cutoffs >= 1")
+    return int(text)
+
+
+def _cmd_models_aliases(args: argparse.Namespace) -> int:
+    from prism.forecasters import FORECASTERS
+
+    rows = [{"alias": alias, "class": cls.__name__,
+             "summary": (cls.__doc__ or "").strip().splitlines()[0]}
+            for alias, cls in sorted(FORECASTERS.items())]
+    _out.print(_table(pd.DataFrame(rows), title="forecasters"))
+    return 0
+
+
+def _cmd_models_list(args: argparse.Namespace) -> int:
+    frame = services.list_models(args.models_dir)
+    if args.json:
+        _out.print_json(frame.to_json(orient="records"))
+    elif frame.empty:
+        _out.print("no saved models (save one with prism forecast ... --save)")
+    else:
+        _out.print(_table(frame, title="saved models"))
     return 0
 
 
@@ -297,12 +375,44 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--all", action="store_true", help="every series in the store")
     p.add_argument("--horizon", default="1d", help="a duration (6h, 1d) or a number of steps")
     p.add_argument("--quantiles", default="0.5,0.9,0.99")
-    p.add_argument("--model", default="seasonal_naive",
-                   help="naive, seasonal_naive, window_average, time_of_day_quantile, ets")
+    p.add_argument("--model", default="prism",
+                   help="a forecaster alias (default prism; see `prism models aliases`)")
     p.add_argument("--param", action="append", metavar="NAME=VALUE",
                    help="a model hyperparameter, e.g. --param season=1w (repeatable)")
     p.add_argument("--output", help="FILE.csv, .parquet or .json (default: print a table)")
+    p.add_argument("--save", action="store_true", help="save the fitted model in the registry")
+    p.add_argument("--from-model", metavar="ID",
+                   help="forecast with a saved model (an id, or an alias for its newest)")
+    p.add_argument("--models-dir", type=Path, default=None,
+                   help="the model registry (default: $PRISM_MODELS_DIR or ./models)")
+    p.add_argument("--reconcile", choices=("bottom_up", "mint_shrink"),
+                   help="make VC and GPU-type forecasts add up to the cluster's")
     p.set_defaults(func=_cmd_forecast)
+
+    p = sub.add_parser("backtest", help="rolling-origin backtest of models on stored series")
+    p.add_argument("--models", default="prism,seasonal_naive",
+                   help="comma-separated aliases (default prism,seasonal_naive)")
+    p.add_argument("--series", action="append", help="a series id (repeatable)")
+    p.add_argument("--all", action="store_true", help="every series (too short ones skipped)")
+    p.add_argument("--horizon", default="1d", help="a duration or a number of steps")
+    p.add_argument("--windows", type=int, default=7, help="cutoffs (default 7)")
+    p.add_argument("--step", default=None, help="between cutoffs (default: the horizon)")
+    p.add_argument("--refit", default="always",
+                   help="'always' (refit per cutoff) or K: refit every K cutoffs, update between")
+    p.add_argument("--quantiles", default="0.05,0.5,0.9,0.95,0.99")
+    p.add_argument("--output", help="FILE.csv, .parquet or .json: the backtest forecasts")
+    p.add_argument("--summary", action="store_true", help="print the metrics per model")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_backtest)
+
+    models = sub.add_parser("models", help="the registry of saved models")
+    msub = models.add_subparsers(dest="models_command", required=True)
+    p = msub.add_parser("list", help="saved models, newest first")
+    p.add_argument("--models-dir", type=Path, default=None)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_models_list)
+    p = msub.add_parser("aliases", help="the forecasters PRISM has")
+    p.set_defaults(func=_cmd_models_aliases)
 
     p = sub.add_parser("generate", help="write a realistic synthetic job trace")
     p.add_argument("--output", required=True, type=Path, help="folder for jobs.csv, capacity.csv")

@@ -237,6 +237,35 @@ def plot_decomposition(decomposition: SeriesDecomposition, output: str | Path) -
     return path
 
 
+def load_panel(db: str | Path, series_ids: Sequence[str] | None = None) -> pd.DataFrame:
+    """The stored panel of the named series (all when ``None``).
+
+    Raises:
+        SeriesNotFound: for an unknown series.
+        ConfigError: when the store holds no series.
+    """
+    with open_store(db, must_exist=True) as store:
+        panel = store.load_panel(list(series_ids) if series_ids else None)
+    if panel.empty:
+        raise ConfigError("no series in the store: ingest data first (prism ingest)")
+    return panel
+
+
+@dataclass(frozen=True)
+class ForecastResult:
+    """A forecast and the model behind it.
+
+    Attributes:
+        frame: the forecast contract (``series_id, ts, model, mean, p..``).
+        model_id: the registry id of the model (saved now, or loaded), if any.
+        fallback: series id -> why it was forecast by the fallback.
+    """
+
+    frame: pd.DataFrame
+    model_id: str | None
+    fallback: dict[str, str]
+
+
 def forecast_series(
     db: str | Path,
     series_ids: Sequence[str] | None,
@@ -245,24 +274,115 @@ def forecast_series(
     quantiles: Sequence[float],
     model: str,
     params: dict[str, str] | None = None,
-) -> pd.DataFrame:
-    """Fit ``model`` on stored series (all when ``series_ids`` is None) and forecast them.
+    save: bool = False,
+    from_model: str | None = None,
+    models_dir: str | Path | None = None,
+    reconcile: str | None = None,
+) -> ForecastResult:
+    """Forecast stored series with a newly fitted model, or with a saved one.
+
+    Args:
+        db: the store.
+        series_ids: series to forecast (all when ``None``).
+        horizon: a duration or a number of steps.
+        quantiles: quantile levels.
+        model: the forecaster's alias (ignored with ``from_model``).
+        params: its hyperparameters as text (``season=1w``), parsed to the types of their
+            defaults.
+        save: save the fitted model in the registry.
+        from_model: a registry model id (or alias: the newest) to forecast with; it is
+            updated with the stored points that arrived after it was fitted.
+        models_dir: the registry (default ``PRISM_MODELS_DIR`` or ``./models``).
+        reconcile: ``bottom_up`` or ``mint_shrink`` to make scope forecasts add up.
 
     Returns:
-        The forecast contract: ``series_id, ts, model, mean, p..``.
+        The :class:`ForecastResult`.
 
     Raises:
         SeriesNotFound: for an unknown series.
-        ConfigError: for an unknown model, a bad horizon or quantile.
+        ConfigError: for an unknown model, a bad horizon, quantile or parameter.
     """
+    from prism import registry
+    from prism.config import get_settings
     from prism.forecasters import get_forecaster
+    from prism.reconcile import one_step_residuals
+    from prism.reconcile import reconcile as reconcile_frame
 
-    forecaster = get_forecaster(model, **(params or {}))
-    with open_store(db, must_exist=True) as store:
-        panel = store.load_panel(list(series_ids) if series_ids else None)
-    if panel.empty:
-        raise ConfigError("no series to forecast: ingest data first (prism ingest)")
-    return forecaster.fit(panel).predict(horizon, quantiles)
+    root = Path(models_dir) if models_dir is not None else get_settings().models_dir
+    model_id: str | None = None
+    if from_model:
+        forecaster, record = registry.load_model(root, from_model)
+        model_id = record.model_id
+        wanted = list(series_ids) if series_ids else forecaster.series_ids_
+        unknown = [s for s in wanted if s not in forecaster.series_ids_]
+        if unknown:
+            raise ConfigError(f"model {model_id} was not fitted on {unknown[0]!r}; fit a new "
+                              "model on it (prism forecast --model ... --save)")
+        fresh = load_panel(db, wanted)
+        newer = fresh[fresh["ts"] > fresh["series_id"].map(forecaster.last_ts_)]
+        if not newer.empty:
+            forecaster.update(newer)
+        frame = forecaster.predict(horizon, quantiles)
+        frame = frame[frame["series_id"].isin(wanted)].reset_index(drop=True)
+    else:
+        forecaster = get_forecaster(model, **_typed_params(model, params or {}))
+        forecaster.fit(load_panel(db, series_ids))
+        frame = forecaster.predict(horizon, quantiles)
+        if save:
+            model_id = registry.save_model(forecaster, root).model_id
+    if reconcile:
+        frame = reconcile_frame(frame, method=reconcile,
+                                residuals=one_step_residuals(forecaster))
+    return ForecastResult(frame, model_id, dict(forecaster.fallback_))
+
+
+def _typed_params(alias: str, params: dict[str, str]) -> dict[str, object]:
+    """Hyperparameters given as text, converted to the type of each one's default."""
+    from prism.forecasters import FORECASTERS
+
+    if alias not in FORECASTERS:
+        return dict(params)  # get_forecaster names the known aliases
+    defaults = FORECASTERS[alias]().get_params()
+    out: dict[str, object] = {}
+    for name, text in params.items():
+        if name not in defaults:
+            raise ConfigError(f"{alias} has no parameter {name!r}; it takes: "
+                              f"{', '.join(sorted(defaults))}")
+        default = defaults[name]
+        try:
+            if isinstance(default, bool):
+                if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                    raise ValueError(text)
+                out[name] = text.lower() in ("true", "1", "yes")
+            elif isinstance(default, int) and not isinstance(default, bool):
+                out[name] = int(text)
+            elif isinstance(default, float):
+                out[name] = float(text)
+            elif default is None and text.lower() == "none":
+                out[name] = None
+            elif isinstance(default, tuple):
+                out[name] = tuple(v.strip() for v in text.split(",") if v.strip())
+            else:
+                out[name] = text
+        except ValueError as exc:
+            raise ConfigError(f"--param {name}={text!r}: expected a "
+                              f"{type(default).__name__} like {default!r}") from exc
+    return out
+
+
+def list_models(models_dir: str | Path | None = None) -> pd.DataFrame:
+    """The saved models, newest first: id, alias, series, data range, metrics."""
+    from prism import registry
+    from prism.config import get_settings
+
+    root = Path(models_dir) if models_dir is not None else get_settings().models_dir
+    rows = [{"model_id": r.model_id, "alias": r.alias, "series": len(r.series_ids),
+             "data_start": r.data_start, "data_end": r.data_end, "version": r.version,
+             "created": r.created,
+             "calibration_mae_1step": r.metrics.get("calibration_mae_1step")}
+            for r in registry.list_models(root)]
+    return pd.DataFrame(rows, columns=["model_id", "alias", "series", "data_start", "data_end",
+                                       "version", "created", "calibration_mae_1step"])
 
 
 def write_frame(frame: pd.DataFrame, output: str | Path) -> Path:

@@ -1,0 +1,141 @@
+"""Forecasting, saved models, reconciliation and backtests through the CLI, as a user runs them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from prism.cli import main
+from prism.forecasters import get_forecaster
+
+SID = "lab/all/gpus_in_use"
+
+
+def _samples(days: int, start: str = "2026-01-05") -> pd.DataFrame:
+    rng = np.random.default_rng(4)
+    n = 144 * days
+    t = np.arange(n)
+    value = np.round(30 + 10 * np.sin(2 * np.pi * t / 144) + rng.normal(0, 2, n), 3)
+    return pd.DataFrame({"series_id": SID, "ts": pd.date_range(start, periods=n, freq="10min"),
+                         "value": value})
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> tuple[str, pd.DataFrame]:
+    """A store holding 10 days of one series (as long-csv samples), and the samples."""
+    db = str(tmp_path / "prism.duckdb")
+    samples = _samples(12)
+    first = tmp_path / "first.csv"
+    samples.iloc[:144 * 10].to_csv(first, index=False, date_format="%Y-%m-%dT%H:%M:%S")
+    assert main(["--db", db, "ingest", str(first), "--format", "long-csv", "-q"]) == 0
+    return db, samples
+
+
+def test_save_list_and_forecast_from_a_saved_model_with_new_data(
+    tmp_path: Path, store: tuple[str, pd.DataFrame], capsys: pytest.CaptureFixture[str]
+) -> None:
+    db, samples = store
+    models = str(tmp_path / "models")
+    fitted = tmp_path / "fitted.csv"
+    assert main(["--db", db, "forecast", SID, "--model", "window_average", "--param",
+                 "window=6h", "--horizon", "2h", "--save", "--models-dir", models,
+                 "--output", str(fitted)]) == 0
+    out = capsys.readouterr().out
+    assert "saved" in out
+    model_id = out.split("model ")[-1].split()[0]
+    assert main(["models", "list", "--models-dir", models, "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [r["model_id"] for r in listed] == [model_id] and listed[0]["series"] == 1
+
+    # the saved model forecasts the same as when it was fitted, bit for bit
+    again = tmp_path / "again.csv"
+    assert main(["--db", db, "forecast", "--from-model", model_id, "--models-dir", models,
+                 "--horizon", "2h", "--output", str(again)]) == 0
+    pd.testing.assert_frame_equal(pd.read_csv(again), pd.read_csv(fitted))
+
+    # two more days arrive: the saved model (by its alias) absorbs them without a refit
+    newer = tmp_path / "newer.csv"
+    samples.iloc[144 * 10:].to_csv(newer, index=False, date_format="%Y-%m-%dT%H:%M:%S")
+    assert main(["--db", db, "ingest", str(newer), "--format", "long-csv", "-q"]) == 0
+    updated = tmp_path / "updated.csv"
+    assert main(["--db", db, "forecast", "--from-model", "window_average", "--models-dir",
+                 models, "--horizon", "2h", "--output", str(updated)]) == 0
+    got = pd.read_csv(updated, parse_dates=["ts"])
+    assert got["ts"].min() == pd.Timestamp("2026-01-17T00:00:00")
+    # the same as fitting the model on 10 days and updating it in Python
+    model = get_forecaster("window_average", window="6h").fit(samples.iloc[:1440])
+    want = model.update(samples.iloc[1440:]).predict("2h", (0.5, 0.9, 0.99))
+    np.testing.assert_allclose(got["mean"], want["mean"])
+    np.testing.assert_allclose(got["p90"], want["p90"])
+
+
+def test_forecast_errors_name_the_fix(
+    tmp_path: Path, store: tuple[str, pd.DataFrame], capsys: pytest.CaptureFixture[str]
+) -> None:
+    db, _ = store
+    models = str(tmp_path / "models")
+    assert main(["--db", db, "forecast", SID, "--from-model", "prism", "--models-dir",
+                 models]) == 1
+    assert "no model 'prism'" in capsys.readouterr().err
+    assert main(["--db", db, "forecast", SID, "--model", "naive", "--param", "season=1d"]) == 1
+    assert "naive has no parameter 'season'" in capsys.readouterr().err
+    assert main(["--db", db, "forecast", SID, "--model", "prism", "--param",
+                 "n_atoms=many"]) == 1
+    assert "expected a int" in capsys.readouterr().err
+    assert main(["--db", db, "backtest", "--models", "naive", "--series", SID,
+                 "--windows", "40", "--summary"]) == 1
+    assert "needs" in capsys.readouterr().err
+
+
+def test_prism_forecast_with_typed_parameters(
+    tmp_path: Path, store: tuple[str, pd.DataFrame]
+) -> None:
+    db, _ = store
+    out = tmp_path / "prism.json"
+    assert main(["--db", db, "forecast", SID, "--param", "use_rnn=false", "--param",
+                 "combiner_power=2", "--horizon", "6h", "--output", str(out)]) == 0
+    rows = json.loads(out.read_text())
+    assert len(rows) == 36 and {r["model"] for r in rows} == {"prism"}
+    assert all(r["p50"] <= r["p90"] <= r["p99"] for r in rows)
+
+
+def test_backtest_summary_and_output(
+    tmp_path: Path, store: tuple[str, pd.DataFrame], capsys: pytest.CaptureFixture[str]
+) -> None:
+    db, _ = store
+    out = tmp_path / "bt.csv"
+    assert main(["--db", db, "backtest", "--models", "naive,seasonal_naive", "--series", SID,
+                 "--horizon", "6h", "--windows", "3", "--summary", "--output", str(out),
+                 "-q"]) == 0
+    text = capsys.readouterr().out
+    assert "seasonal_naive" in text and "mase" in text
+    frame = pd.read_csv(out, parse_dates=["ts", "cutoff"])
+    assert set(frame["model"]) == {"naive", "seasonal_naive"}
+    assert frame.groupby("model")["cutoff"].nunique().tolist() == [3, 3]
+    assert len(frame) == 2 * 3 * 36
+    assert (frame["ts"] > frame["cutoff"]).all()
+    # on a daily sine the seasonal naive is the better of the two
+    errors = (frame["mean"] - frame["value"]).abs().groupby(frame["model"]).mean()
+    assert errors["seasonal_naive"] < errors["naive"]
+
+
+def test_reconciled_forecast_adds_up(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = str(tmp_path / "gen.duckdb")
+    trace = tmp_path / "trace"
+    assert main(["generate", "--output", str(trace), "--days", "8", "--clusters", "1",
+                 "-q"]) == 0
+    assert main(["--db", db, "ingest", str(trace / "jobs.csv"), "--format", "jobs-csv",
+                 "-q"]) == 0
+    out = tmp_path / "fc.parquet"
+    assert main(["--db", db, "forecast", "--all", "--model", "window_average", "--horizon",
+                 "3h", "--reconcile", "mint_shrink", "--output", str(out)]) == 0
+    frame = pd.read_parquet(out)
+    demand = frame[frame["series_id"].str.endswith("/gpu_demand")]
+    wide = demand.pivot(index="ts", columns="series_id", values="mean")
+    vcs = [c for c in wide.columns if "/vc-" in c]
+    assert len(vcs) >= 2
+    np.testing.assert_allclose(wide[vcs].sum(axis=1), wide["cluster-0/all/gpu_demand"])
