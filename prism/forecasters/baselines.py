@@ -167,9 +167,27 @@ class TimeOfDayQuantileForecaster(BaseForecaster):
         full = ~empty
         if full.any():
             means[full] = np.nanmean(pool[full], axis=1)
-            bands[full] = np.nanquantile(pool[full], _TOD_LEVELS, axis=1).T
+            bands[full] = _nan_quantiles(pool[full], _TOD_LEVELS)
         for i in np.flatnonzero(empty.any(axis=1)):  # slots not seen yet: all recent history
             recent = history[int(lo[i, 0, 0]):int(ends[i])]
             means[i, empty[i]] = recent.mean()
             bands[i, empty[i]] = np.quantile(recent, _TOD_LEVELS)
         return Paths(means, bands)
+
+
+def _nan_quantiles(rows: FloatArray, levels: tuple[float, ...]) -> FloatArray:
+    """Quantiles of each row, NaN ignored (as ``np.nanquantile``, linear), vectorised.
+
+    ``np.nanquantile`` loops over rows in Python: 100 times slower on many short rows.
+    """
+    ordered = np.sort(rows, axis=1)  # NaN last
+    count = np.isfinite(ordered).sum(axis=1)
+    out = np.empty((len(rows), len(levels)))
+    r = np.arange(len(rows))
+    for j, q in enumerate(levels):
+        pos = (count - 1) * q
+        lo = np.floor(pos).astype(np.int64)
+        hi = np.minimum(lo + 1, count - 1)
+        w = pos - lo
+        out[:, j] = ordered[r, lo] * (1.0 - w) + ordered[r, hi] * w
+    return out

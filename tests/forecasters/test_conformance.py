@@ -135,3 +135,14 @@ def test_time_of_day_quantile_oracle(panel: pd.DataFrame) -> None:
         last = calibration.centers[-1]  # beyond the last block: widened with sqrt(step)
         offsets[k > last] = calibration.offsets[-1, level] * np.sqrt(k[k > last] / last)
         np.testing.assert_allclose(group["p50"].to_numpy(), (expected + offsets).clip(min=0))
+
+
+def test_slot_quantiles_match_numpy() -> None:
+    from prism.forecasters.baselines import _TOD_LEVELS, _nan_quantiles
+
+    rng = np.random.default_rng(0)
+    rows = rng.normal(size=(300, 6))
+    rows[rng.random(rows.shape) < 0.4] = np.nan
+    rows[:, 0] = rng.normal(size=300)  # at least one value per row
+    np.testing.assert_allclose(_nan_quantiles(rows, _TOD_LEVELS),
+                               np.nanquantile(rows, _TOD_LEVELS, axis=1).T, rtol=1e-12)
