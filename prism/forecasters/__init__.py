@@ -10,6 +10,7 @@ from prism.forecasters.baselines import (
     TimeOfDayQuantileForecaster,
     WindowAverageForecaster,
 )
+from prism.forecasters.gbm import GbmForecaster
 from prism.forecasters.hybrid import PrismForecaster
 from prism.forecasters.rnn import GruForecaster, LstmForecaster
 from prism.forecasters.statistical import (
@@ -24,8 +25,8 @@ FORECASTERS: dict[str, type[BaseForecaster]] = {
     cls.alias: cls
     for cls in (NaiveForecaster, SeasonalNaiveForecaster, WindowAverageForecaster,
                 TimeOfDayQuantileForecaster, EtsForecaster, ArimaForecaster,
-                ThetaForecaster, MstlForecaster, PrismForecaster, LstmForecaster,
-                GruForecaster)
+                ThetaForecaster, MstlForecaster, GbmForecaster,
+                PrismForecaster, LstmForecaster, GruForecaster)
 }
 
 

@@ -1,0 +1,67 @@
+"""Accuracy guard: ``(model, max_mase)`` on a fixed slice of the real Helios Earth traces.
+
+Five VCs (``gpus_in_use`` at 10 min, May 2020), 1-day horizon, 3 daily cutoffs ending at the
+last point. The limits are the MASE measured when each model landed plus 5 %: a change that
+makes a model clearly worse here fails. The full comparison is the accuracy benchmark
+(``python -m evaluation.benchmarks.accuracy``), not this test.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from evaluation.backtest import backtest
+from evaluation.metrics import summary
+from prism.forecasters import FORECASTERS, get_forecaster
+from prism.ingest.pipeline import ingest
+from prism.store import Store
+
+VCS = ("vc6YE", "vcvlY", "vc3sl", "vchbv", "vcira")
+#: (model, MASE when it landed, slow); the limit is 5 % above.
+TABLE = [
+    ("naive", 1.670, False),
+    ("seasonal_naive", 1.316, False),
+    ("window_average", 1.274, False),
+    ("time_of_day_quantile", 1.152, False),
+    ("theta", 1.590, False),
+    ("ets", 1.614, False),
+    ("prism", 1.347, False),
+    ("gru", 1.318, False),
+    ("lstm", 1.332, False),
+    ("gbm", 1.450, True),
+    ("arima", 1.605, True),
+    ("mstl", 2.606, True),
+]
+
+
+@pytest.fixture(scope="module")
+def helios(traces: Path) -> pd.DataFrame:
+    with Store.open(":memory:") as store:
+        ingest(store, [traces / "helios_earth_vc" / f"earth_{vc}_1min.csv.gz" for vc in VCS],
+               "helios-vc")
+        return store.load_panel([f"earth/{vc}/gpus_in_use" for vc in VCS])
+
+
+def test_every_forecaster_is_in_the_table() -> None:
+    assert {model for model, _, _ in TABLE} == set(FORECASTERS)
+
+
+@pytest.mark.parametrize(
+    ("alias", "landed"),
+    [pytest.param(a, m, id=a, marks=[pytest.mark.slow] if slow else [])
+     for a, m, slow in TABLE],
+)
+def test_mase_on_the_helios_slice(helios: pd.DataFrame, alias: str, landed: float) -> None:
+    frame = backtest({alias: get_forecaster(alias)}, helios, horizon="1d", windows=3)
+    mase = float(summary(frame, helios)["mase"].iloc[0])
+    assert mase <= 1.05 * landed, f"{alias}: MASE {mase:.4f}, landed at {landed}"
+
+
+def test_prism_beats_the_last_value_on_the_slice(helios: pd.DataFrame) -> None:
+    models = {"prism": get_forecaster("prism", use_rnn=False), "naive": get_forecaster("naive")}
+    table = summary(backtest(models, helios, horizon="1d", windows=3), helios)
+    mase = table.set_index("model")["mase"]
+    assert mase["prism"] < 0.9 * mase["naive"]

@@ -1,0 +1,193 @@
+"""The gradient-boosting forecaster ``gbm``: oracles, exact features, properties, real data."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from prism.errors import ConfigError, DataContractError
+from prism.forecasters import FORECASTERS, get_forecaster
+from prism.forecasters.gbm import GbmForecaster, _tails, feature_names
+
+DAY = 144  # 10-minute steps
+
+
+def _daily_panel(days: int, shapes: list[tuple[float, float]],
+                 extra_steps: int = 0) -> tuple[pd.DataFrame, dict[str, np.ndarray]]:
+    """Noiseless daily sines ``level + amp * sin``, one series per shape, and what follows."""
+    ts = pd.date_range("2026-01-05", periods=days * DAY, freq="10min")
+    t = np.arange(len(ts) + extra_steps)
+    frames, future = [], {}
+    for i, (level, amp) in enumerate(shapes):
+        y = level + amp * np.sin(2 * np.pi * t / DAY + i)
+        sid = f"c/vc{i}/gpus_in_use"
+        frames.append(pd.DataFrame({"series_id": sid, "ts": ts, "value": y[:len(ts)]}))
+        future[sid] = y[len(ts):]
+    return pd.concat(frames, ignore_index=True), future
+
+
+def test_registered_as_a_global_model() -> None:
+    assert FORECASTERS["gbm"] is GbmForecaster
+    assert GbmForecaster.global_model
+    assert isinstance(get_forecaster("gbm", strategy="recursive"), GbmForecaster)
+
+
+def test_direct_model_continues_a_noiseless_daily_pattern() -> None:
+    # Three series of very different size share one model: in units of each one's daily
+    # range the next day is the same change from the last value, which the model learns.
+    shapes = [(50.0, 20.0), (10.0, 5.0), (200.0, 60.0)]
+    panel, future = _daily_panel(6, shapes, extra_steps=DAY)
+    model = GbmForecaster(max_iter=200, max_rows=10_000, random_state=0).fit(panel)
+    out = model.predict("1d", ())
+    for (sid, group), (_, amp) in zip(out.groupby("series_id"), shapes, strict=True):
+        error = np.abs(group["mean"].to_numpy() - future[str(sid)])
+        assert error.max() < 0.08 * amp, sid  # within 8 % of the amplitude at every step
+        assert error.mean() < 0.02 * amp, sid
+    naive = {sid: np.abs(fut - panel.loc[panel["series_id"] == sid, "value"].iloc[-1]).mean()
+             for sid, fut in future.items()}
+    assert all(0.02 * amp < naive[sid] for sid, (_, amp) in zip(future, shapes, strict=True))
+
+
+def test_features_of_a_ramp_are_exact() -> None:
+    # y = 1, 2, 3, ...: every feature has a closed form at origin e (last value e).
+    n = 3 * DAY
+    panel = pd.DataFrame({"series_id": "c/vc0/gpus_in_use",
+                          "ts": pd.date_range("2026-01-05", periods=n, freq="10min"),
+                          "value": np.arange(1.0, n + 1)})
+    model = GbmForecaster(max_iter=5, max_rows=500).fit(panel)
+    y = model.history_["c/vc0/gpus_in_use"]
+    e = np.array([2 * DAY + 30])
+    k = np.array([1, 6, DAY, 2 * DAY])
+    x, last, scale = model._features("c/vc0/gpus_in_use", _tails(y, e, model.layout_.tail),
+                                     np.zeros(len(k), dtype=np.int64), e.repeat(len(k)), k)
+    f = dict(zip(feature_names(), x.T, strict=True))
+    assert x.shape == (4, len(feature_names()))
+    s = float(e[0])  # the last value, also the largest of the last day
+    np.testing.assert_array_equal(last, s)
+    np.testing.assert_array_equal(scale, s)
+    np.testing.assert_allclose(f["level"], 1.0)
+    np.testing.assert_allclose(f["lag_10min"], -1 / s)  # one step back is one less
+    np.testing.assert_allclose(f["lag_2h"], -12 / s)
+    np.testing.assert_allclose(f["mean_30min"], -1 / s)  # mean of s-2, s-1, s
+    np.testing.assert_allclose(f["std_1h"], np.std(np.arange(6.0)) / s)
+    np.testing.assert_allclose(f["min_1d"], -(DAY - 1) / s)
+    np.testing.assert_allclose(f["max_1d"], 0.0)
+    np.testing.assert_allclose(f["step"], [1, 6, DAY, DAY])  # held at max_horizon (1d)
+    # the target's time of day (the series starts at midnight) and the origin's
+    np.testing.assert_allclose(f["tod"], ((e[0] + k - 1) % DAY) / DAY)
+    np.testing.assert_allclose(f["tod_origin"], ((e[0] - 1) % DAY) / DAY)
+    # the target a day earlier is k - DAY away from the last value; two days ahead, two days
+    # earlier; only two days of history exist before the latest one, so the mean is over them
+    np.testing.assert_allclose(f["tod_latest"], (k - DAY * np.ceil(k / DAY)) / s)
+    latest = k - DAY * np.ceil(k / DAY)
+    seen = [[d for d in (latest[i], latest[i] - DAY, latest[i] - 2 * DAY) if s + d >= 1]
+            for i in range(len(k))]
+    np.testing.assert_allclose(f["tod_mean"], [np.mean(v) / s for v in seen])
+
+
+def test_the_forecast_of_a_fitted_model_follows_the_prediction_of_its_trees() -> None:
+    panel, _ = _daily_panel(4, [(50.0, 20.0), (10.0, 5.0)])
+    model = GbmForecaster(max_iter=30, max_rows=3_000, random_state=0).fit(panel)
+    sid = "c/vc1/gpus_in_use"
+    y = model.history_[sid]
+    ends = np.array([len(y) - 50, len(y)])
+    calls: list[int] = []
+    predict = model.model_.predict
+
+    def counted(x: np.ndarray) -> np.ndarray:
+        calls.append(len(x))
+        return np.asarray(predict(x))
+
+    model.model_.predict = counted
+    paths = model._forecast_many(sid, y, ends, 12)
+    assert calls == [2 * 12]  # all origins and steps in one predict call
+    x, last, scale = model._features(sid, _tails(y, ends, model.layout_.tail),
+                                     np.array([1]), ends[1:], np.array([3]))
+    np.testing.assert_allclose(paths[1, 2], last[0] + scale[0] * predict(x)[0])
+
+
+def test_recursive_forecast_feeds_its_forecasts_back() -> None:
+    panel, _ = _daily_panel(4, [(50.0, 20.0), (10.0, 5.0)])
+    model = GbmForecaster(strategy="recursive", max_iter=30, max_rows=3_000,
+                          random_state=0).fit(panel)
+    sid = "c/vc0/gpus_in_use"
+    y = model.history_[sid]
+    n = len(y)
+    three = model._forecast_many(sid, y, np.array([n - 10, n]), 3)
+    # the second and third steps are one- and two-step forecasts from the extended history
+    grown = np.append(y, three[1, 0])
+    two = model._forecast_many(sid, grown, np.array([n + 1]), 2)
+    np.testing.assert_allclose(three[1, 1:], two[0])
+    # an origin inside the history uses only what comes before it
+    cut = model._forecast_many(sid, y[:n - 10], np.array([n - 10]), 3)
+    np.testing.assert_array_equal(three[0], cut[0])
+
+
+def test_global_model_is_equivariant_to_the_size_of_a_series() -> None:
+    # Features and targets are in units of each series' own range: a series times 4 (exact in
+    # floating point) trains the same model and is forecast exactly 4 times larger.
+    rng = np.random.default_rng(3)
+    panel, _ = _daily_panel(4, [(50.0, 20.0), (10.0, 5.0)])
+    panel["value"] = np.round(panel["value"] + rng.normal(0, 2, len(panel)))
+    bigger = panel.copy()
+    vc1 = bigger["series_id"] == "c/vc1/gpus_in_use"
+    bigger.loc[vc1, "value"] *= 4.0
+    params: dict[str, Any] = {"max_iter": 40, "max_rows": 3_000, "random_state": 5}
+    one = GbmForecaster(**params).fit(panel).predict("6h", (0.1, 0.9))
+    two = GbmForecaster(**params).fit(bigger).predict("6h", (0.1, 0.9))
+    mask = one["series_id"] == "c/vc1/gpus_in_use"
+    for col in ("mean", "p10", "p90"):
+        np.testing.assert_allclose(two.loc[mask, col], 4.0 * one.loc[mask, col], rtol=1e-9)
+        np.testing.assert_allclose(two.loc[~mask, col], one.loc[~mask, col], rtol=1e-9)
+
+
+def test_seeded_and_deterministic() -> None:
+    rng = np.random.default_rng(1)
+    panel, _ = _daily_panel(3, [(50.0, 20.0), (30.0, 10.0)])
+    panel["value"] += rng.normal(0, 3, len(panel))
+    params: dict[str, Any] = {"max_iter": 20, "max_rows": 1_500}
+    a = GbmForecaster(**params, random_state=7).fit(panel).predict(12, (0.5,))
+    b = GbmForecaster(**params, random_state=7).fit(panel).predict(12, (0.5,))
+    c = GbmForecaster(**params, random_state=8).fit(panel).predict(12, (0.5,))
+    none = GbmForecaster(**params).fit(panel).predict(12, (0.5,))
+    zero = GbmForecaster(**params, random_state=0).fit(panel).predict(12, (0.5,))
+    pd.testing.assert_frame_equal(a, b)
+    pd.testing.assert_frame_equal(none, zero)  # None is seed 0
+    assert not np.allclose(a["mean"], c["mean"])  # the seed picks the training pairs
+
+
+def test_bad_parameters_and_too_short_panels() -> None:
+    panel, _ = _daily_panel(2, [(50.0, 20.0)])
+    cases: list[tuple[dict[str, Any], str]] = [
+        ({"strategy": "sideways"}, "strategy 'sideways' is unknown"),
+        ({"loss": "huber"}, "loss 'huber' is unknown"),
+        ({"max_rows": 5}, "max_rows must be at least"),
+        ({"n_jobs": 0}, "n_jobs must be at least 1"),
+        ({"max_horizon": "15min"}, "whole number"),
+    ]
+    for params, match in cases:
+        with pytest.raises(ConfigError, match=match):
+            GbmForecaster(**params).fit(panel)
+    tiny = panel.head(12)
+    with pytest.raises(DataContractError, match="training pairs.*use a baseline"):
+        GbmForecaster().fit(tiny)
+
+
+def test_hourly_data_gets_windows_of_at_least_one_step() -> None:
+    # 10-minute lags and 30-minute windows of hourly data are one step, not an error
+    ts = pd.date_range("2026-01-05", periods=24 * 12, freq="1h")
+    t = np.arange(len(ts))
+    panel = pd.DataFrame({"series_id": "c/all/gpus_in_use", "ts": ts,
+                          "value": 100 + 30 * np.sin(2 * np.pi * t / 24)})
+    model = GbmForecaster(max_iter=50, max_rows=2_000, random_state=0).fit(panel)
+    assert model.layout_.lags == (1, 1, 1, 1, 2)
+    assert model.layout_.windows == (1, 1, 6, 24)
+    assert model.layout_.horizon == 24
+    out = model.predict("2d", (0.5,))
+    assert len(out) == 48 and out["mean"].notna().all()
+    truth = 100 + 30 * np.sin(2 * np.pi * np.arange(len(ts), len(ts) + 24) / 24)
+    error = np.abs(out["mean"].to_numpy()[:24] - truth)
+    assert error.max() < 4.5 and error.mean() < 1.0  # 15 % and 3 % of the amplitude
