@@ -5,13 +5,15 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DEMO   := build/demo
 DB     ?= $(DEMO)/prism.duckdb
+PORT   ?= 8000
+SERVE  ?= 1
 
-.PHONY: install run test lint typecheck bench clean
+.PHONY: install run test lint typecheck chromium bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,distributed]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -30,6 +32,22 @@ run: $(STAMP)
 		--models-dir $(DEMO)/models --horizon 6h --quantiles 0.5,0.9,0.99
 	$(BIN)/prism --db $(DB) backtest --models prism,naive,seasonal_naive \
 		--series cluster-0/all/gpu_demand --horizon 1d --windows 3 --summary
+	@echo ""
+	@echo "The REST API serves this store and the models saved above; Ctrl-C stops it"
+	@echo "(make run SERVE=0 stops here instead). From another terminal:"
+	@echo "  curl -s http://127.0.0.1:$(PORT)/readyz"
+	@echo "  curl -s 'http://127.0.0.1:$(PORT)/v1/series?cluster=cluster-0&metric=gpu_demand'"
+	@echo "  curl -s 'http://127.0.0.1:$(PORT)/v1/forecast?series_id=cluster-0/all/gpu_demand&horizon=6h&quantiles=0.5,0.9,0.99'"
+	@echo "  curl -s -X POST http://127.0.0.1:$(PORT)/v1/forecast -H 'Content-Type: application/json' \\"
+	@echo "       -d '{\"series_ids\": [\"cluster-0/all/gpu_demand\", \"cluster-1/all/gpu_demand\"], \"horizon\": \"1d\"}'"
+	@echo "  curl -s 'http://127.0.0.1:$(PORT)/v1/capacity?cluster=cluster-0&horizon=1d&quantile=0.95'"
+	@echo "  curl -s -X POST 'http://127.0.0.1:$(PORT)/v1/ingest?format=jobs-csv' -F file=@$(DEMO)/jobs.csv"
+	@echo "  curl -s http://127.0.0.1:$(PORT)/metrics | grep '^prism_forecast'"
+	@echo "  (API docs: http://127.0.0.1:$(PORT)/docs; with PRISM_API_TOKEN set, add"
+	@echo "   -H \"Authorization: Bearer \$$PRISM_API_TOKEN\" to the /v1 calls)"
+	@if [ "$(SERVE)" != "0" ]; then \
+		$(BIN)/prism --db $(DB) serve --host 127.0.0.1 --port $(PORT) --models-dir $(DEMO)/models; \
+	fi
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -37,8 +55,22 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-test: lint typecheck
-	$(BIN)/pytest
+# The report's browser test drives Debian's chromium (headless); install it where it is
+# missing and apt-get can (root, or passwordless sudo). PRISM_REQUIRE_CHROMIUM makes the test
+# fail rather than skip without it.
+chromium:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \
+		if command -v apt-get >/dev/null 2>&1; then \
+			SUDO=$$([ "$$(id -u)" = 0 ] || echo "sudo -n"); \
+			$$SUDO apt-get update -qq && \
+			DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends \
+				chromium fonts-dejavu-core >/dev/null; \
+		else \
+			echo "warning: no chromium and no apt-get: install Chromium for the report browser test"; \
+		fi; }
+
+test: lint typecheck chromium
+	PRISM_REQUIRE_CHROMIUM=1 $(BIN)/pytest
 
 bench: $(STAMP)
 	$(BIN)/python -m evaluation.benchmarks.ingest

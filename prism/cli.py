@@ -12,10 +12,18 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 
 from prism import __version__, services
@@ -23,6 +31,9 @@ from prism.config import get_settings
 from prism.errors import ConfigError, PrismError
 from prism.ingest.base import IngestOptions
 from prism.schema import FILL_POLICIES
+
+if TYPE_CHECKING:
+    from prism.capacity import Watts
 
 # Wide tables when the output is a file or a pipe (rich would assume 80 columns).
 _out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
@@ -40,15 +51,16 @@ def _pairs(values: Sequence[str] | None, flag: str) -> dict[str, str]:
 
 
 @contextmanager
-def _progress(enabled: bool) -> Iterator[Callable[[str, int, int], None] | None]:
+def _progress(enabled: bool, *, eta: bool = False,
+              ) -> Iterator[Callable[[str, int, int], None] | None]:
     if not enabled:
         yield None
         return
-    with Progress(
-        TextColumn("{task.description:<8}"), BarColumn(),
-        TextColumn("{task.completed}/{task.total}"),
-        TimeElapsedColumn(), console=_err, transient=False,
-    ) as bar:
+    columns = [TextColumn("{task.description:<8}"), BarColumn(),
+               TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn()]
+    if eta:
+        columns += [TextColumn("eta"), TimeRemainingColumn()]
+    with Progress(*columns, console=_err, transient=False) as bar:
         tasks: dict[str, TaskID] = {}
 
         def update(stage: str, done: int, total: int) -> None:
@@ -172,9 +184,48 @@ def _quantile_list(text: str) -> list[float]:
                           "0.5,0.9,0.99") from exc
 
 
+def _batch_mode(args: argparse.Namespace) -> bool:
+    return bool(args.backend or args.ray_address or args.workers is not None
+                or args.budget is not None or args.global_sample is not None)
+
+
+def _run_batch(args: argparse.Namespace, task: str, models: list[str],
+               series: list[str] | None) -> services.BatchResult:
+    with _progress(not args.quiet, eta=True) as progress:
+        result = services.run_batch(
+            args.db, series, models=models, task=task,
+            params=_pairs(getattr(args, "param", None), "--param"), horizon=args.horizon,
+            quantiles=_quantile_list(args.quantiles), windows=getattr(args, "windows", 1),
+            step=getattr(args, "step", None), backend=args.backend or "local",
+            workers=args.workers, ray_address=args.ray_address, budget_s=args.budget,
+            global_sample=args.global_sample, output=args.output, progress=progress,
+        )
+    for report in result.reports:
+        _out.print(
+            f"run {report.run_id}: {report.model} {report.task} of {report.n_series:,} series "
+            f"on {report.backend} ({report.workers} workers) in {report.seconds:.1f} s: "
+            f"{report.ok:,} ok, {report.fallback:,} fallback, {report.skipped:,} skipped, "
+            f"{report.failed:,} failed; {report.rows:,} rows in batch_forecasts")
+        for sid, status, reason in report.notes:
+            _err.print(f"note: {sid}: {status}: {reason}", markup=False)
+        hidden = report.fallback + report.skipped + report.failed - len(report.notes)
+        if hidden > 0:
+            _err.print(f"note: {hidden:,} more in batch_series (run {report.run_id})",
+                       markup=False)
+    if result.output:
+        _out.print(f"wrote {sum(r.rows for r in result.reports):,} rows to {result.output}")
+    return result
+
+
 def _cmd_forecast(args: argparse.Namespace) -> int:
     if not args.series_ids and not args.all and not args.from_model:
         raise ConfigError("name one or more series ids, or pass --all")
+    if _batch_mode(args):
+        if args.save or args.from_model or args.reconcile:
+            raise ConfigError("--save, --from-model and --reconcile work on one in-memory model;"
+                              " drop them to run a batch (--backend/--workers/--budget)")
+        _run_batch(args, "forecast", [args.model], None if args.all else args.series_ids)
+        return 0
     with _err.status(f"fitting {args.from_model or args.model} ...", spinner="dots"):
         result = services.forecast_series(
             args.db, None if args.all else (args.series_ids or None), horizon=args.horizon,
@@ -199,17 +250,25 @@ def _cmd_forecast(args: argparse.Namespace) -> int:
 
 def _cmd_backtest(args: argparse.Namespace) -> int:
     from evaluation.backtest import backtest
-    from evaluation.metrics import summary
     from prism.forecasters import get_forecaster
 
     if not args.series and not args.all:
         raise ConfigError("name series with --series (repeatable), or pass --all")
-    if not args.output and not args.summary:
+    if not args.output and not args.summary and not args.planning:
         raise ConfigError("pass --output FILE.csv for the forecasts, --summary for the table, "
-                          "or both")
+                          "--planning for the planning backtest, or several")
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     if not models:
         raise ConfigError("--models is empty; name models, e.g. --models prism,seasonal_naive")
+    if _batch_mode(args):
+        if args.refit != "always":
+            raise ConfigError("a batch backtest refits at every cutoff; drop --refit")
+        result = _run_batch(args, "backtest", models, None if args.all else args.series)
+        if args.summary or args.planning:
+            frame = services.batch_frame(args.db, [r.run_id for r in result.reports])
+            panel = services.load_panel(args.db, sorted(frame["series_id"].unique()))
+            _after_backtest(frame, panel, args, models)
+        return 0
     forecasters = {m: get_forecaster(m) for m in models}
     refit: int | str = "always" if args.refit == "always" else _positive_int(args.refit)
     panel = services.load_panel(args.db, None if args.all else args.series)
@@ -225,21 +284,115 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
         path = services.write_frame(frame, args.output)
         _out.print(f"wrote {len(frame):,} rows ({frame['series_id'].nunique()} series, "
                    f"{len(models)} models, {args.windows} windows) to {path}")
+    _after_backtest(frame, panel, args, models)
+    return 0
+
+
+def _after_backtest(frame: pd.DataFrame, panel: pd.DataFrame, args: argparse.Namespace,
+                    models: list[str]) -> None:
+    """Print (and keep in the store, for `prism report`) the summary and planning tables."""
+    from evaluation.metrics import summary
+
+    params = {"models": ",".join(models), "horizon": args.horizon, "windows": args.windows,
+              "series": int(frame["series_id"].nunique())}
     if args.summary:
         table = summary(frame, panel)
-        shown = [c for c in table.columns if not c.startswith("pinball_")
-                 and c not in ("model", "mase_undefined", "burst_steps")]
-        # one column per model, one row per metric: readable with many metrics
-        wide = table.set_index("model")[shown].T.astype(float).round(4)
-        _out.print(_table(wide.reset_index(names="metric"), title=f"backtest: horizon {args.horizon}, {args.windows} "
-                          "windows (means over windows)"))
-    return 0
+        _print_summary(table, args)
+        services.save_evaluation(args.db, "accuracy", table, params)
+    if args.planning:
+        levels = [q for q in _quantile_list(args.quantiles) if q >= 0.5]
+        planning, run_id = services.planning_from_backtest(args.db, frame, panel,
+                                                           horizon=args.horizon,
+                                                           quantiles=levels)
+        _print_planning(planning, f"planning backtest ({run_id}): one level per series and "
+                        f"block, set from each {args.horizon} forecast")
+
+
+def _print_planning(table: pd.DataFrame, title: str) -> None:
+    shown = table.copy()
+    shown["saved"] = (shown.pop("saved_share") * 100).round(1).astype(str) + " %"
+    shown["unmet"] = (shown.pop("unmet_share") * 100).round(2).astype(str) + " %"
+    shown = shown.drop(columns=["model", "quantile", "demand_gpu_hours"])
+    for col in ("idle_gpu_hours", "unmet_gpu_hours"):
+        shown[col] = shown[col].round(1)
+    _out.print(_table(shown, title=title))
+
+
+def _print_summary(table: pd.DataFrame, args: argparse.Namespace) -> None:
+    shown = [c for c in table.columns if not c.startswith("pinball_")
+             and c not in ("model", "mase_undefined", "burst_steps")]
+    # one column per model, one row per metric: readable with many metrics
+    wide = table.set_index("model")[shown].T.astype(float).round(4)
+    _out.print(_table(wide.reset_index(names="metric"), title=f"backtest: horizon "
+                      f"{args.horizon}, {args.windows} windows (means over windows)"))
 
 
 def _positive_int(text: str) -> int:
     if not text.isdigit() or int(text) < 1:
         raise ConfigError(f"--refit {text!r}: use 'always' or a number of cutoffs >= 1")
     return int(text)
+
+
+def _watts(text: str | None) -> Watts | None:
+    from prism.capacity import parse_watts
+
+    return parse_watts(text) if text else None
+
+
+def _cmd_capacity(args: argparse.Namespace) -> int:
+    with _err.status(f"forecasting {args.cluster} with {args.model} ...", spinner="dots"):
+        plan = services.plan_cluster_capacity(
+            args.db, args.cluster, scope=args.scope, horizon=args.horizon,
+            quantile=args.quantile, model=args.model, params=_pairs(args.param, "--param"),
+            capacity_file=args.capacity, reservations_file=args.reservations,
+            growth=args.growth, watts=_watts(args.watts_per_gpu))
+    if args.output:
+        path = services.write_frame(plan.steps, args.output)
+        _err.print(f"wrote the GPUs needed at each step ({len(plan.steps):,} rows) to {path}",
+                   markup=False)
+    if args.json:
+        import json
+
+        _out.print_json(json.dumps({
+            "cluster": plan.cluster, "horizon": args.horizon, "quantile": plan.quantile,
+            "watts_idle": plan.watts.idle, "watts_busy": plan.watts.busy,
+            "rows": plan.records(steps=args.steps)},
+            default=lambda v: v.isoformat() if hasattr(v, "isoformat") else str(v)))
+        return 0
+    table = plan.table()
+    start, end = plan.rows[0].start, plan.rows[0].end
+    cols = ["scope", "gpus_needed", "mean_peak", "capacity", "shortfall_gpu_hours",
+            "queue_risk", "idle_gpu_hours", "idle_energy_kwh", "busy_energy_kwh",
+            "recommendation"]
+    shown = table[cols].rename(columns={
+        "gpus_needed": f"needed p{plan.quantile * 100:g}", "shortfall_gpu_hours": "short GPU-h",
+        "idle_gpu_hours": "idle GPU-h", "idle_energy_kwh": "idle kWh",
+        "busy_energy_kwh": "busy kWh"})
+    for col in shown.columns:
+        if pd.api.types.is_float_dtype(shown[col]):
+            shown[col] = shown[col].round(3 if col == "queue_risk" else 1)
+    _out.print(_table(shown, title=f"{plan.cluster}: {start:%Y-%m-%d %H:%M} to "
+                      f"{end:%Y-%m-%d %H:%M} UTC ({plan.rows[0].model})"))
+    extras = []
+    if args.growth != 1.0:
+        extras.append(f"growth x{args.growth:g}")
+    reserved = sum(r.reserved_gpu_hours for r in plan.rows)
+    if reserved:
+        extras.append(f"reservations {reserved:,.1f} GPU-h")
+    _out.print(f"energy at {plan.watts.idle:g} W idle / {plan.watts.busy:g} W busy per GPU"
+               + (f"; {', '.join(extras)}" if extras else ""))
+    return 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    with _err.status("building the capacity report ...", spinner="dots"):
+        result = services.write_capacity_report(
+            args.db, args.output, clusters=args.cluster, horizon=args.horizon,
+            quantile=args.quantile, model=args.model, params=_pairs(args.param, "--param"),
+            capacity_file=args.capacity, watts=_watts(args.watts_per_gpu), pdf=args.pdf)
+    _out.print(f"wrote {result.html} ({', '.join(result.clusters) or 'no cluster'})"
+               + (f" and {result.pdf}" if result.pdf else ""))
+    return 0
 
 
 def _cmd_models_aliases(args: argparse.Namespace) -> int:
@@ -309,7 +462,41 @@ def _cmd_datasets_download(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from service.app import create_app  # the API sits on top of prism: imported on use
+
+    update = {"db": args.db, "models_dir": args.models_dir, "default_model": args.model}
+    settings = get_settings().model_copy(
+        update={k: v for k, v in update.items() if v is not None})
+    _err.print(f"serving {settings.db} on http://{args.host}:{args.port} (API docs at "
+               f"/docs, models in {settings.models_dir}); Ctrl-C stops", markup=False)
+    uvicorn.run(create_app(settings), host=args.host, port=args.port,
+                log_level="info" if args.verbose else "warning", access_log=args.verbose)
+    return 0
+
+
 # -- parser ----------------------------------------------------------------------------------
+def _batch_flags(p: argparse.ArgumentParser) -> None:
+    """The batch engine's options (any of them runs the command as a batch: prism.batch)."""
+    g = p.add_argument_group(
+        "batch", "fan the series out over processes or a Ray cluster; results stream into the "
+        "store's batch_forecasts table (any of these options runs the command as a batch)")
+    g.add_argument("--backend", choices=("local", "ray"),
+                   help="local processes (default in a batch) or Ray tasks")
+    g.add_argument("--workers", type=int, help="local worker processes (default 1), or Ray "
+                   "tasks in flight (default: the cluster's CPUs)")
+    g.add_argument("--ray-address", help="the Ray cluster, e.g. ray://head:10001 or auto "
+                   "(default: start a local one)")
+    g.add_argument("--budget", type=float, metavar="SECONDS",
+                   help="per-series time budget; a series past it (or that fails) is "
+                   "forecast by the seasonal naive fallback, with the reason in batch_series")
+    g.add_argument("--global-sample", type=int, metavar="N",
+                   help="a global model (prism, gru, lstm, gbm) learns its shared parts from "
+                   "at most N series, a stratified sample (default 256)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``prism``."""
     parser = argparse.ArgumentParser(
@@ -387,6 +574,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the model registry (default: $PRISM_MODELS_DIR or ./models)")
     p.add_argument("--reconcile", choices=("bottom_up", "mint_shrink"),
                    help="make VC and GPU-type forecasts add up to the cluster's")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar (batch)")
+    _batch_flags(p)
     p.set_defaults(func=_cmd_forecast)
 
     p = sub.add_parser("backtest", help="rolling-origin backtest of models on stored series")
@@ -401,8 +590,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="'always' (refit per cutoff) or K: refit every K cutoffs, update between")
     p.add_argument("--quantiles", default="0.05,0.5,0.9,0.95,0.99")
     p.add_argument("--output", help="FILE.csv, .parquet or .json: the backtest forecasts")
-    p.add_argument("--summary", action="store_true", help="print the metrics per model")
+    p.add_argument("--summary", action="store_true", help="print the metrics per model (kept "
+                   "in the store for `prism report`)")
+    p.add_argument("--planning", action="store_true",
+                   help="score the backtest as a planning backtest: one provisioned level per "
+                   "series and day (and hour) from each forecast's quantiles, against the static "
+                   "peak, yesterday's peak and the oracle (kept for `prism report`)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    _batch_flags(p)
     p.set_defaults(func=_cmd_backtest)
 
     models = sub.add_parser("models", help="the registry of saved models")
@@ -439,6 +634,55 @@ def build_parser() -> argparse.ArgumentParser:
                    help="accept a file whose checksum the catalogue does not know")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_datasets_download)
+
+    p = sub.add_parser("capacity", help="GPUs each scope needs, shortfall, idle, advice")
+    p.add_argument("--cluster", required=True)
+    p.add_argument("--scope", help="one scope only (default: every scope with a demand series)")
+    p.add_argument("--horizon", default="1d", help="the planning window (default 1d)")
+    p.add_argument("--quantile", type=float, default=0.95,
+                   help="the planning quantile (default 0.95)")
+    p.add_argument("--model", default="prism", help="the forecaster (default prism)")
+    p.add_argument("--param", action="append", metavar="NAME=VALUE",
+                   help="a model hyperparameter (repeatable)")
+    p.add_argument("--capacity", type=Path, metavar="FILE",
+                   help="CSV scope,gpus[,cluster]: capacities that override the store's")
+    p.add_argument("--reservations", type=Path, metavar="FILE",
+                   help="CSV start,end,gpus,scope[,cluster,name]: known future jobs added on "
+                   "top of the forecast")
+    p.add_argument("--growth", type=float, default=1.0,
+                   help="demand growth factor, e.g. 1.1 for 10%% more (default 1)")
+    p.add_argument("--watts-per-gpu", metavar="IDLE,BUSY",
+                   help="power of one GPU idle and busy in watts (default 60,300)")
+    p.add_argument("--json", action="store_true", help="one JSON object (as GET /v1/capacity)")
+    p.add_argument("--steps", action="store_true", help="with --json: the GPUs needed at "
+                   "each step too")
+    p.add_argument("--output", help="write the GPUs needed at each step to FILE.csv|.parquet"
+                   "|.json")
+    p.set_defaults(func=_cmd_capacity)
+
+    p = sub.add_parser("report", help="the capacity report: one self-contained HTML file")
+    p.add_argument("--output", required=True, help="FILE.html")
+    p.add_argument("--pdf", action="store_true",
+                   help="also print FILE.pdf (needs Chromium: apt-get install chromium)")
+    p.add_argument("--cluster", action="append", help="a cluster (repeatable; default all)")
+    p.add_argument("--horizon", default="1d")
+    p.add_argument("--quantile", type=float, default=0.95)
+    p.add_argument("--model", default="prism")
+    p.add_argument("--param", action="append", metavar="NAME=VALUE")
+    p.add_argument("--capacity", type=Path, metavar="FILE",
+                   help="CSV scope,gpus[,cluster] overriding the store's capacities")
+    p.add_argument("--watts-per-gpu", metavar="IDLE,BUSY", help="default 60,300")
+    p.set_defaults(func=_cmd_report)
+
+    p = sub.add_parser("serve", help="serve the REST API (uvicorn, one process)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default "
+                   "127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--models-dir", type=Path, default=None,
+                   help="the model registry (default: $PRISM_MODELS_DIR or ./models)")
+    p.add_argument("--model", default=None, help="model fitted for requests that name none "
+                   "(default: $PRISM_DEFAULT_MODEL or prism)")
+    p.set_defaults(func=_cmd_serve)
     return parser
 
 

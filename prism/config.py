@@ -8,6 +8,7 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
+from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -23,6 +24,24 @@ class Settings(BaseSettings):
         memory_limit: DuckDB's memory limit, e.g. ``2GB`` (``PRISM_MEMORY_LIMIT``; default:
             DuckDB's own, 80 % of RAM). Larger aggregations then spill to disk.
         models_dir: the model registry (``PRISM_MODELS_DIR``).
+        max_body_bytes: the largest request body the REST API accepts, uploads included
+            (``PRISM_MAX_BODY_BYTES``; larger ones get 413).
+        default_model: the forecaster the API fits when a request names none
+            (``PRISM_DEFAULT_MODEL``).
+        fit_budget_s: how long a forecast request waits for an on-demand fit or update
+            before it answers 503 with ``Retry-After`` (``PRISM_FIT_BUDGET_S``).
+        fit_workers: threads that fit and update models in the background
+            (``PRISM_FIT_WORKERS``).
+        fit_queue: the most fit/update jobs waiting at once; more get 503
+            (``PRISM_FIT_QUEUE``).
+        refit_every: refit served models older than this duration, e.g. ``1d``
+            (``PRISM_REFIT_EVERY``; unset: never, models are only updated).
+        forecast_cache_entries: forecasts kept in memory in front of the DuckDB forecast
+            cache (``PRISM_FORECAST_CACHE_ENTRIES``).
+        drift_window: scored forecast points per series in the rolling forecast error
+            (``PRISM_DRIFT_WINDOW``).
+        cors_origins: origins allowed by CORS (``PRISM_CORS_ORIGINS``, a JSON list); empty
+            (the default) turns CORS off.
     """
 
     model_config = SettingsConfigDict(env_prefix="PRISM_", extra="ignore")
@@ -33,6 +52,15 @@ class Settings(BaseSettings):
     catalogue_url: str | None = None
     memory_limit: str | None = None
     models_dir: Path = Path("models")
+    max_body_bytes: int = Field(default=32 * 1024 * 1024, ge=1024)
+    default_model: str = "prism"
+    fit_budget_s: float = Field(default=2.0, ge=0)
+    fit_workers: int = Field(default=1, ge=1, le=64)
+    fit_queue: int = Field(default=64, ge=1)
+    refit_every: str | None = None
+    forecast_cache_entries: int = Field(default=4096, ge=0)
+    drift_window: int = Field(default=144, ge=1)
+    cors_origins: list[str] = Field(default_factory=list)
 
 
 @lru_cache(maxsize=1)

@@ -66,3 +66,20 @@ class IngestError(PrismError):
         if self.fix:
             text += f". Fix: {self.fix}"
         return text
+
+
+class ModelNotReady(PrismError):
+    """A model is being fitted or updated; ask again after ``retry_after`` seconds.
+
+    Args:
+        message: what is being prepared, and for which series.
+        retry_after: seconds after which the answer is likely ready (at least 1).
+    """
+
+    def __init__(self, message: str, *, retry_after: float) -> None:
+        self.retry_after = max(1, int(-(-retry_after // 1)))  # whole seconds, rounded up
+        super().__init__(message)
+
+
+class PayloadTooLarge(PrismError):
+    """A request body or upload over the configured size limit."""

@@ -7,14 +7,15 @@ objects; they print nothing and know nothing of HTTP or argparse.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from prism.errors import ConfigError
+from prism.errors import ConfigError, IngestError, PrismError, SeriesNotFound
 from prism.ingest import adapters
 from prism.ingest.base import IngestOptions
 from prism.ingest.pipeline import IngestReport, Progress, ingest
@@ -22,9 +23,14 @@ from prism.schema import PANEL_COLUMNS, SERIES_ID, split_series_id
 from prism.store import Store
 
 if TYPE_CHECKING:
+    from evaluation.reports.capacity import ReportData, ScopeSection
+    from prism.batch import BatchReport
+    from prism.capacity import CapacityPlan, Reservation, Watts
+    from prism.config import Settings
     from prism.datasets import DownloadResult
     from prism.generate import GeneratedTrace
     from prism.primitives.decompose import SeriesDecomposition
+    from prism.serving import ForecastServer, IngestOutcome, ServedForecast
 
 logger = logging.getLogger(__name__)
 
@@ -370,6 +376,114 @@ def _typed_params(alias: str, params: dict[str, str]) -> dict[str, object]:
     return out
 
 
+@dataclass(frozen=True)
+class BatchResult:
+    """What a batch forecast or backtest did (one run per model).
+
+    Attributes:
+        reports: each run's :class:`prism.batch.BatchReport`, in the order of the models.
+        output: the file the runs were written to, if any.
+    """
+
+    reports: tuple[BatchReport, ...]
+    output: Path | None
+
+
+def run_batch(
+    db: str | Path,
+    series_ids: Sequence[str] | None,
+    *,
+    models: Sequence[str],
+    task: str = "forecast",
+    params: dict[str, str] | None = None,
+    horizon: str = "1d",
+    quantiles: Sequence[float] = (0.5, 0.9, 0.99),
+    windows: int = 7,
+    step: str | None = None,
+    backend: str = "local",
+    workers: int | None = None,
+    ray_address: str | None = None,
+    budget_s: float | None = None,
+    global_sample: int | None = None,
+    output: str | Path | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> BatchResult:
+    """Forecast or backtest stored series on worker processes or a Ray cluster.
+
+    Each model is one run of :func:`prism.batch.run_batch`: results stream into the store's
+    ``batch_forecasts`` and ``batch_series`` tables under the run's id, then (with
+    ``output``) into the file, block by block, so memory stays flat however many series.
+
+    Args:
+        db: the store.
+        series_ids: series to work on (all when ``None``).
+        models: forecaster aliases (one run each).
+        task: ``forecast`` or ``backtest``.
+        params: hyperparameters as text (``season=1w``), for a single model.
+        horizon, quantiles, windows, step: as for ``prism forecast`` / ``prism backtest``.
+        backend: ``local`` or ``ray``.
+        workers: local processes, or Ray tasks in flight.
+        ray_address: the Ray cluster (default: a local one).
+        budget_s: per-series time budget in seconds; past it (or on an error) a series is
+            forecast by the seasonal naive fallback, with the reason recorded.
+        global_sample: at most this many series teach a global model its shared parts.
+        output: ``.csv``, ``.parquet`` or ``.json`` file for all runs.
+        progress: called as ``progress(model, done, total)``.
+
+    Returns:
+        The :class:`BatchResult`.
+
+    Raises:
+        ConfigError: for an unknown model or setting, or an unwritable output.
+        SeriesNotFound: for an unknown series.
+    """
+    from prism import batch
+    from prism.forecasters import get_forecaster
+
+    if not models:
+        raise ConfigError("name at least one model, e.g. --models prism,seasonal_naive")
+    if params and len(models) > 1:
+        raise ConfigError("--param applies to a single model; run the models one at a time")
+    path = Path(output) if output is not None else None
+    if path is not None and (path.suffix not in (".csv", ".parquet", ".json")
+                             or not path.parent.exists()):
+        write_frame(pd.DataFrame(), path)  # raises the error that names the fix
+    forecasters = [get_forecaster(m, **_typed_params(m, params or {})) for m in models]
+    reports = []
+    with open_store(db, must_exist=True) as store:
+        for forecaster in forecasters:
+            reports.append(batch.run_batch(
+                store, forecaster, series_ids, task=task, horizon=horizon,
+                quantiles=quantiles, windows=windows, step=step, backend=backend,
+                workers=workers, ray_address=ray_address, budget_s=budget_s,
+                global_sample=global_sample or batch.DEFAULT_GLOBAL_SAMPLE,
+                progress=_stage(progress, forecaster.alias),
+            ))
+        if path is not None:
+            batch.export_run(store, [r.run_id for r in reports], path)
+    return BatchResult(tuple(reports), path)
+
+
+def _stage(progress: Callable[[str, int, int], None] | None,
+           stage: str) -> Callable[[int, int], None] | None:
+    if progress is None:
+        return None
+    return lambda done, total: progress(stage, done, total)
+
+
+def batch_frame(db: str | Path, run_ids: Sequence[str]) -> pd.DataFrame:
+    """The rows of batch runs in memory (for summaries of small runs).
+
+    Raises:
+        ConfigError: for an unknown run.
+    """
+    from prism import batch
+
+    with open_store(db, must_exist=True) as store:
+        frames = [batch.run_frame(store, r) for r in run_ids]
+    return pd.concat(frames, ignore_index=True)
+
+
 def list_models(models_dir: str | Path | None = None) -> pd.DataFrame:
     """The saved models, newest first: id, alias, series, data range, metrics."""
     from prism import registry
@@ -403,3 +517,752 @@ def write_frame(frame: pd.DataFrame, output: str | Path) -> Path:
     else:
         frame.to_json(path, orient="records", date_format="iso", indent=1)
     return path
+
+
+# -- REST API (issue #6): use cases on the service's open store and forecast server ----------
+# The API holds one Store and one ForecastServer for its whole life; these functions take them
+# (or a cursor of the store) instead of a path, and return plain values or dataclasses.
+
+#: Upload file names keep letters, digits and ``._-`` (adapters read the VC, the format and
+#: the compression from the name: ``earth_vc6YE_1min.csv.gz``).
+_UPLOAD_NAME = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def start_forecast_server(store: Store, settings: Settings) -> ForecastServer:
+    """A started :class:`~prism.serving.ForecastServer` on ``store`` with the settings'
+    registry, default model, fit budget, workers, refit schedule and cache size.
+
+    Raises:
+        ConfigError: for a bad ``refit_every`` duration.
+    """
+    from prism.serving import ForecastServer
+
+    return ForecastServer(
+        store, models_dir=settings.models_dir, default_model=settings.default_model,
+        fit_budget_s=settings.fit_budget_s, fit_workers=settings.fit_workers,
+        fit_queue=settings.fit_queue, refit_every=settings.refit_every,
+        cache_entries=settings.forecast_cache_entries, drift_window=settings.drift_window,
+    ).start()
+
+
+def series_records(
+    store: Store, *, cluster: str | None = None, scope: str | None = None,
+    metric: str | None = None,
+) -> list[dict[str, Any]]:
+    """The series catalogue as records (``series_id, cluster, scope, metric, freq, ...``)."""
+    frame = store.list_series(cluster=cluster, scope=scope, metric=metric)
+    frame = frame.astype(object).where(frame.notna(), None)
+    return [{str(k): v for k, v in row.items()} for row in frame.to_dict("records")]
+
+
+def series_points(
+    store: Store, series_id: str, *, start: str | None = None, end: str | None = None,
+    tail: int | None = None,
+) -> list[dict[str, Any]]:
+    """Values of one series (``ts, value, filled`` records) in ``[start, end)``.
+
+    Raises:
+        SeriesNotFound: for an unknown series.
+        DataContractError: for an id that is not ``cluster/scope/metric``.
+        ConfigError: for a ``start`` or ``end`` that is not a time.
+    """
+    split_series_id(series_id)
+    lo, hi = _time_arg(start, "start"), _time_arg(end, "end")
+    store.require_series([series_id])
+    frame = store.fetch_df(
+        """SELECT ts, value, filled FROM series_values WHERE series_id = ?
+           AND (?::TIMESTAMP IS NULL OR ts >= ?) AND (?::TIMESTAMP IS NULL OR ts < ?)
+           ORDER BY ts""",
+        [series_id, lo, lo, hi, hi],
+    )
+    if tail:
+        frame = frame.tail(tail)
+    return [{"ts": pd.Timestamp(ts).to_pydatetime(), "value": float(v), "filled": bool(f)}
+            for ts, v, f in zip(frame["ts"], frame["value"], frame["filled"], strict=True)]
+
+
+def ingest_upload(
+    server: ForecastServer,
+    fmt: str,
+    *,
+    files: Sequence[tuple[str, bytes]] = (),
+    records: Sequence[dict[str, Any]] | None = None,
+    options: IngestOptions | None = None,
+    freq: str | None = None,
+    fill: str | None = None,
+) -> IngestOutcome:
+    """Ingest uploaded files, or JSON records, as ``prism ingest`` would (one transaction).
+
+    Files keep their (sanitised) names, which some formats read; records become one CSV file
+    with the records' keys as columns, so the same records are the same content: ingesting
+    them again is a no-op.
+
+    Args:
+        server: the forecast server (its ingest drops stale cached forecasts).
+        fmt: the ingest format.
+        files: ``(name, bytes)`` of each uploaded file.
+        records: rows as objects, for the CSV-like formats.
+        options: adapter options.
+        freq: bucket size of the derived series.
+        fill: gap policy.
+
+    Raises:
+        ConfigError: for nothing to ingest, or a bad format, frequency or fill.
+        IngestError: for bad content, naming the uploaded file, line and column.
+    """
+    import tempfile
+
+    if not files and not records:
+        raise ConfigError("nothing to ingest: upload a file (multipart field 'file' or a raw "
+                          "CSV/Parquet body) or send JSON {\"records\": [...]}")
+    with tempfile.TemporaryDirectory(prefix="prism-upload-") as tmp:
+        paths: list[Path] = []
+        names: dict[str, str] = {}
+        for i, (name, data) in enumerate(files):
+            clean = _upload_name(name, data, i)
+            path = Path(tmp) / f"{i}" / clean
+            path.parent.mkdir()
+            path.write_bytes(data)
+            paths.append(path)
+            names[str(path)] = name or clean
+        if records:
+            frame = pd.DataFrame.from_records(list(records))
+            path = Path(tmp) / "records.csv"
+            frame.to_csv(path, index=False)
+            paths.append(path)
+            names[str(path)] = "records"
+        try:
+            outcome = server.ingest(paths, fmt, options or IngestOptions(), freq=freq,
+                                    fill=fill)
+        except IngestError as exc:
+            if exc.path in names:  # name the upload, not the temporary file
+                raise IngestError(exc.message, path=names[exc.path], line=exc.line,
+                                  column=exc.column, fix=exc.fix) from exc
+            raise
+        except PrismError:
+            raise
+        except Exception as exc:  # an adapter tripped on input it does not expect
+            logger.exception("ingest of an upload as %s failed", fmt)
+            raise IngestError(f"cannot read the upload as {fmt}: {type(exc).__name__}: {exc}",
+                              fix=f"check that the content is in the {fmt} format "
+                              "(`prism formats` lists them)") from exc
+    files_out = [replace(f, path=names.get(f.path, f.path)) for f in outcome.report.files]
+    return replace(outcome, report=replace(outcome.report, files=files_out))
+
+
+def _upload_name(name: str, data: bytes, index: int) -> str:
+    clean = _UPLOAD_NAME.sub("_", Path(name or "").name).strip("._")
+    if not clean:
+        clean = f"upload{index}"
+    if data[:4] == b"PAR1" and not clean.endswith((".parquet", ".pq")):
+        clean += ".parquet"
+    elif data[:2] == b"\x1f\x8b" and not clean.endswith(".gz"):
+        clean += ".csv.gz" if not clean.endswith(".csv") else ".gz"
+    elif "." not in clean:
+        clean += ".csv"
+    return clean
+
+
+def serve_forecasts(
+    server: ForecastServer,
+    series_ids: Sequence[str],
+    *,
+    horizon: str,
+    quantiles: Sequence[float],
+    model: str | None = None,
+    params: dict[str, str] | None = None,
+) -> list[ServedForecast]:
+    """Forecasts of stored series from the server (cached, or fitted on demand).
+
+    Args:
+        server: the forecast server.
+        series_ids: one or more series.
+        horizon: a duration or a number of steps.
+        quantiles: quantile levels.
+        model: a forecaster alias (default: the server's default model).
+        params: hyperparameters as text (``use_rnn=false``), typed as their defaults.
+
+    Raises:
+        SeriesNotFound: for an unknown series.
+        ConfigError: for a bad horizon, quantile, model or parameter.
+        ModelNotReady: when a model is still being fitted or updated.
+    """
+    alias = model or server.spec().alias
+    spec = server.spec(alias, _typed_params(alias, params or {}))
+    if len(series_ids) == 1:
+        return [server.forecast(series_ids[0], horizon=horizon, quantiles=quantiles,
+                                spec=spec)]
+    return server.forecast_many(series_ids, horizon=horizon, quantiles=quantiles, spec=spec)
+
+
+def cached_forecast(
+    server: ForecastServer,
+    series_id: str,
+    *,
+    horizon: str,
+    quantiles: Sequence[float],
+    model: str | None = None,
+    params: dict[str, str] | None = None,
+) -> ServedForecast | None:
+    """The forecast from the server's memory cache, or ``None``; never waits.
+
+    For the API's event loop: a hit is answered there without a trip through the thread
+    pool; a miss goes to :func:`serve_forecasts` on a worker thread. ``None`` also for any
+    request :func:`serve_forecasts` would refuse (it then says why).
+    """
+    try:
+        alias = model or server.spec().alias
+        spec = server.spec(alias, _typed_params(alias, params or {}) if params else None)
+    except PrismError:
+        return None
+    return server.cached(series_id, horizon=horizon, quantiles=quantiles, spec=spec)
+
+
+def decomposition_summary(store: Store, series_id: str, *, top: int = 5) -> dict[str, Any]:
+    """The decomposition summary of a stored series (periods, primitives, bursts, shifts).
+
+    Raises:
+        SeriesNotFound: for an unknown series.
+        DataContractError: when the series is too short to decompose.
+    """
+    from prism.primitives.decompose import decompose
+
+    cluster, _, metric = split_series_id(series_id)
+    store.require_series([series_id])
+    siblings = store.list_series(cluster=cluster, metric=metric)["series_id"].tolist()
+    chosen = [series_id] + [s for s in siblings if s != series_id][: _DICTIONARY_SERIES - 1]
+    result = decompose(store.load_panel(chosen), series_ids=[series_id])
+    return result.series[series_id].summary(top=top)
+
+
+# -- capacity planning and the capacity report (issue #7) ---------------------------------------
+# One core for the CLI (a model fitted in memory on the store) and the API (the forecast
+# server's cached models): each passes a function that forecasts the demand series; loading
+# capacities, reservations and history, planning (prism.capacity) and rendering
+# (evaluation.reports.capacity) are shared.
+
+#: Demand metrics a capacity plan forecasts per scope, preferred first.
+DEMAND_METRICS = ("gpu_demand", "gpus_in_use")
+#: The history behind release-vs-lend advice and the report's charts.
+_RECENT = pd.Timedelta("7d")
+#: Plans are capped at capacity only for GPUs in use (allocations cannot exceed what is
+#: installed; demand with a queue can).
+_ALLOCATED = "/gpus_in_use"
+#: Models the report's planning backtest runs itself (cheap); others come from
+#: ``prism backtest --planning``.
+_REPORT_PLANNING_MODELS = ("naive", "seasonal_naive")
+
+ForecastFn = Callable[[list[str], str, list[float]], tuple[pd.DataFrame, int]]
+
+
+def demand_series(store: Store, cluster: str, *, scope: str | None = None) -> dict[str, str]:
+    """Scope -> the demand series a capacity plan forecasts (``gpu_demand``, else
+    ``gpus_in_use``) of a cluster.
+
+    Raises:
+        SeriesNotFound: for a cluster (or scope) without such series, naming the ones there are.
+    """
+    frame = store.list_series(cluster=cluster)
+    if frame.empty:
+        known = sorted(store.list_series()["cluster"].unique())
+        raise SeriesNotFound(f"no series for cluster {cluster!r}; the store has "
+                             f"{', '.join(map(str, known)) or 'no cluster'} "
+                             "(`GET /v1/series` or `prism series list` lists them)")
+    out: dict[str, str] = {}
+    for metric in reversed(DEMAND_METRICS):  # the preferred metric overwrites
+        for row in frame[frame["metric"] == metric].itertuples():
+            if scope is None or row.scope == scope:
+                out[str(row.scope)] = str(row.series_id)
+    if not out:
+        where = f"cluster {cluster!r}" + (f" scope {scope!r}" if scope else "")
+        scopes = sorted(frame.loc[frame["metric"].isin(DEMAND_METRICS), "scope"].unique())
+        hint = (f"; its scopes are {', '.join(map(str, scopes))}" if scopes else
+                "; `GET /v1/series` lists the series there are")
+        raise SeriesNotFound(f"no gpu_demand or gpus_in_use series for {where}{hint}")
+    return dict(sorted(out.items()))
+
+
+def _fitted_forecasts(store: Store, model: str, params: dict[str, str] | None) -> ForecastFn:
+    """Forecasts by a model fitted now on the series (the CLI)."""
+    from prism.forecasters import get_forecaster
+
+    def run(series_ids: list[str], horizon: str, levels: list[float]
+            ) -> tuple[pd.DataFrame, int]:
+        forecaster = get_forecaster(model, **_typed_params(model, params or {}))
+        forecaster.fit(store.load_panel(series_ids))
+        return forecaster.predict(horizon, levels), int(forecaster.freq_s_)
+
+    return run
+
+
+def _served_forecasts(server: ForecastServer, model: str | None,
+                      params: dict[str, str] | None) -> ForecastFn:
+    """Forecasts by the forecast server's models (cached; the API)."""
+    alias = model or server.spec().alias
+    spec = server.spec(alias, _typed_params(alias, params or {}))
+
+    def run(series_ids: list[str], horizon: str, levels: list[float]
+            ) -> tuple[pd.DataFrame, int]:
+        served = server.forecast_many(series_ids, horizon=horizon, quantiles=levels, spec=spec)
+        return pd.concat([f.frame() for f in served], ignore_index=True), served[0].freq_s
+
+    return run
+
+
+def _capacities(store: Store, cluster: str, scopes: Sequence[str], at: pd.Timestamp,
+                table: pd.DataFrame | None) -> tuple[dict[str, float], dict[str, str]]:
+    """Scope -> GPUs installed at ``at`` and where that came from: a ``--capacity`` table,
+    else the store's ``capacity`` rows (capacity-csv), else the ``gpu_capacity`` samples."""
+    gpus: dict[str, float] = {}
+    source: dict[str, str] = {}
+    sampled = set(store.list_series(cluster=cluster, metric="gpu_capacity")["series_id"])
+    for scope in scopes:
+        value = store.capacity_at(cluster, scope, at)
+        if value is not None:
+            gpus[scope], source[scope] = value, "store"
+            continue
+        sid = f"{cluster}/{scope}/gpu_capacity"
+        if sid in sampled:
+            values = store.load_panel([sid], end=at)
+            if values.empty:
+                values = store.load_panel([sid])
+            if not values.empty:
+                gpus[scope], source[scope] = float(values["value"].iloc[-1]), "samples"
+    if table is not None:
+        mine = table[table["cluster"].isna() | (table["cluster"] == cluster)]
+        for name, value in zip(mine["scope"].astype(str), mine["gpus"].astype(float),
+                               strict=True):
+            if name in scopes:
+                gpus[name], source[name] = float(value), "file"
+        other = sorted(set(mine["scope"]) - set(scopes))
+        if other:
+            logger.warning("capacity table: scope(s) %s have no demand series in %s",
+                           ", ".join(map(str, other)), cluster)
+    return gpus, source
+
+
+def _check_reservations(store: Store, cluster: str, reservations: Sequence[Reservation],
+                        path: str | None) -> None:
+    """Every reservation of the cluster names one of its scopes (or ``all``).
+
+    Raises:
+        IngestError: naming the file, the line and the scope.
+    """
+    scopes = set(store.list_series(cluster=cluster)["scope"]) | {"all"}
+    for r in reservations:
+        if r.cluster not in (None, cluster) or r.scope in scopes:
+            continue
+        known = ", ".join(sorted(map(str, scopes)))
+        if path is None:
+            raise ConfigError(f"reservation of scope {r.scope!r}: cluster {cluster!r} has no "
+                              f"such scope; its scopes: {known}")
+        raise IngestError(f"cluster {cluster!r} has no scope {r.scope!r}", path=path,
+                          line=r.line, column="scope", fix=f"use one of: {known}")
+
+
+def _plan(
+    store: Store,
+    cluster: str,
+    forecast: ForecastFn,
+    *,
+    scope: str | None,
+    horizon: str,
+    quantile: float,
+    capacity_table: pd.DataFrame | None = None,
+    reservations: Sequence[Reservation] = (),
+    reservations_path: str | None = None,
+    growth: float = 1.0,
+    watts: Watts | None = None,
+) -> CapacityPlan:
+    """The one capacity use case: forecast the demand series, load capacities, plan."""
+    from prism.capacity import DISTRIBUTION_LEVELS, plan_capacity
+
+    if not 0 < quantile < 1:
+        raise ConfigError(f"--quantile {quantile!r} must be between 0 and 1, e.g. 0.95")
+    ids = demand_series(store, cluster, scope=scope)
+    _check_reservations(store, cluster, reservations, reservations_path)
+    levels = sorted({*DISTRIBUTION_LEVELS, float(quantile)})
+    frame, freq_s = forecast(sorted(ids.values()), horizon, levels)
+    at = pd.Timestamp(frame["ts"].min())
+    gpus, source = _capacities(store, cluster, list(ids), at, capacity_table)
+    recent = store.load_panel(list(ids.values()), start=at - _RECENT, end=at)
+    peaks = recent.groupby("series_id")["value"].max()
+    recent_peak = {scope_: float(peaks[sid]) for scope_, sid in ids.items() if sid in peaks}
+    return plan_capacity(frame, gpus, quantile=float(quantile), freq_s=freq_s, watts=watts,
+                         growth=growth, reservations=reservations, recent_peak=recent_peak,
+                         capacity_source=source)
+
+
+def plan_cluster_capacity(
+    db: str | Path,
+    cluster: str,
+    *,
+    scope: str | None = None,
+    horizon: str = "1d",
+    quantile: float = 0.95,
+    model: str = "prism",
+    params: dict[str, str] | None = None,
+    capacity_file: str | Path | None = None,
+    reservations_file: str | Path | None = None,
+    growth: float = 1.0,
+    watts: Watts | None = None,
+) -> CapacityPlan:
+    """Plan a cluster's capacity with a model fitted now on its demand series (the CLI).
+
+    Args:
+        db: the store.
+        cluster: the cluster.
+        scope: one scope only (default: every scope with a demand series).
+        horizon: the window (a duration or steps).
+        quantile: the planning quantile.
+        model / params: the forecaster and its hyperparameters as text.
+        capacity_file: a CSV ``scope, gpus [, cluster]`` that overrides stored capacities.
+        reservations_file: a CSV of known future jobs ``start, end, gpus, scope``.
+        growth: demand growth factor.
+        watts: idle and busy draw per GPU.
+
+    Returns:
+        The :class:`~prism.capacity.CapacityPlan`.
+
+    Raises:
+        SeriesNotFound: for an unknown cluster or scope.
+        IngestError: for a bad capacity or reservations file (file, line, field named).
+        ConfigError: for a bad model, horizon, quantile or growth.
+    """
+    from prism.capacity import read_capacity_table, read_reservations
+
+    table = read_capacity_table(capacity_file) if capacity_file else None
+    reservations = read_reservations(reservations_file) if reservations_file else []
+    with open_store(db, must_exist=True) as store:
+        return _plan(store, cluster, _fitted_forecasts(store, model, params), scope=scope,
+                     horizon=horizon, quantile=quantile, capacity_table=table,
+                     reservations=reservations,
+                     reservations_path=str(reservations_file) if reservations_file else None,
+                     growth=growth, watts=watts)
+
+
+def capacity_plan(
+    server: ForecastServer,
+    store: Store,
+    cluster: str,
+    *,
+    scope: str | None = None,
+    horizon: str = "1d",
+    quantile: float = 0.95,
+    model: str | None = None,
+    params: dict[str, str] | None = None,
+    reservations: Sequence[str] = (),
+    growth: float = 1.0,
+    watts: Watts | None = None,
+) -> CapacityPlan:
+    """Plan a cluster's capacity with the forecast server's models (the API).
+
+    Args:
+        server: the forecast server.
+        store: a store cursor (capacities, history).
+        cluster / scope / horizon / quantile / model / params / growth / watts: as
+            :func:`plan_cluster_capacity`.
+        reservations: known future jobs as ``SCOPE,START,END,GPUS`` texts.
+
+    Raises:
+        SeriesNotFound: for an unknown cluster or scope.
+        ConfigError / ModelNotReady: for a bad input, or while a model is fitted.
+    """
+    from prism.capacity import parse_reservation
+
+    parsed = [parse_reservation(r) for r in reservations]
+    return _plan(store, cluster, _served_forecasts(server, model, params), scope=scope,
+                 horizon=horizon, quantile=quantile, reservations=parsed, growth=growth,
+                 watts=watts)
+
+
+@dataclass(frozen=True)
+class ReportResult:
+    """Where the capacity report went.
+
+    Attributes:
+        html: the HTML file.
+        pdf: the PDF file, if one was printed.
+        clusters: the clusters in it.
+    """
+
+    html: Path
+    pdf: Path | None
+    clusters: tuple[str, ...]
+
+
+def write_capacity_report(
+    db: str | Path,
+    output: str | Path,
+    *,
+    clusters: Sequence[str] | None = None,
+    horizon: str = "1d",
+    quantile: float = 0.95,
+    model: str = "prism",
+    params: dict[str, str] | None = None,
+    capacity_file: str | Path | None = None,
+    watts: Watts | None = None,
+    pdf: bool = False,
+) -> ReportResult:
+    """Write the capacity report (one self-contained HTML file, and a PDF with ``pdf``).
+
+    Args:
+        db: the store.
+        output: the ``.html`` file.
+        clusters: clusters to report (default: every cluster with a demand series).
+        horizon / quantile / model / params / capacity_file / watts: as
+            :func:`plan_cluster_capacity`.
+        pdf: also print ``output`` with a ``.pdf`` suffix (needs Chromium).
+
+    Raises:
+        ConfigError: for a bad output name or folder, or no Chromium with ``pdf``.
+        SeriesNotFound / IngestError: as :func:`plan_cluster_capacity`.
+    """
+    from evaluation.reports.capacity import render_html, write_pdf
+    from prism.capacity import read_capacity_table
+
+    path = Path(output)
+    if path.suffix.lower() not in (".html", ".htm"):
+        raise ConfigError(f"cannot write {str(path)!r}: use a .html file name")
+    if not path.parent.exists():
+        raise ConfigError(f"folder {str(path.parent)!r} does not exist; create it first")
+    table = read_capacity_table(capacity_file) if capacity_file else None
+    with open_store(db, must_exist=True) as store:
+        data = _report_data(store, clusters, _fitted_forecasts(store, model, params),
+                            horizon=horizon, quantile=quantile, model=model,
+                            capacity_table=table, watts=watts)
+    html = render_html(data)
+    path.write_text(html, encoding="utf-8")
+    printed = write_pdf(html, path.with_suffix(".pdf")) if pdf else None
+    return ReportResult(path, printed, tuple(c.cluster for c in data.clusters))
+
+
+def capacity_report_html(
+    server: ForecastServer,
+    store: Store,
+    *,
+    cluster: str | None = None,
+    horizon: str = "1d",
+    quantile: float = 0.95,
+    model: str | None = None,
+) -> str:
+    """The capacity report as one HTML page, from the forecast server's models (the API).
+
+    Raises:
+        SeriesNotFound / ConfigError / ModelNotReady: as :func:`capacity_plan`.
+    """
+    from evaluation.reports.capacity import render_html
+
+    data = _report_data(store, [cluster] if cluster else None,
+                        _served_forecasts(server, model, None), horizon=horizon,
+                        quantile=quantile, model=model or server.spec().key)
+    return render_html(data)
+
+
+def _report_data(
+    store: Store,
+    clusters: Sequence[str] | None,
+    forecast: ForecastFn,
+    *,
+    horizon: str,
+    quantile: float,
+    model: str,
+    capacity_table: pd.DataFrame | None = None,
+    watts: Watts | None = None,
+) -> ReportData:
+    """Gather the report: per cluster the plan, histories, decompositions, planning."""
+    from datetime import UTC, datetime
+
+    from evaluation.reports.capacity import ClusterSection, ReportData
+
+    if clusters is None:
+        every = store.list_series()
+        clusters = sorted(every.loc[every["metric"].isin(DEMAND_METRICS), "cluster"].unique())
+    sections = []
+    for cluster in clusters:
+        plan = _plan(store, cluster, forecast, scope=None, horizon=horizon, quantile=quantile,
+                     capacity_table=capacity_table, watts=watts)
+        scopes = _scope_sections(store, plan)
+        planning, by_series, note = _report_planning(store, plan)
+        sections.append(ClusterSection(cluster=cluster, plan=plan, scopes=scopes,
+                                       planning=planning, planning_by_series=by_series,
+                                       planning_note=note))
+    accuracy, accuracy_note = None, ""
+    saved = store.latest_evaluation("accuracy")
+    if saved is not None:
+        run_id, created, params, accuracy = saved
+        accuracy_note = f"{run_id}, saved {created:%Y-%m-%d %H:%M} UTC: {_describe(params)}"
+    return ReportData(horizon=horizon, quantile=float(quantile), model=model,
+                      generated_at=datetime.now(UTC).replace(tzinfo=None),
+                      clusters=sections, accuracy=accuracy, accuracy_note=accuracy_note)
+
+
+def _scope_sections(store: Store, plan: CapacityPlan) -> list[ScopeSection]:
+    """History and decomposition of each planned scope (one dictionary per metric)."""
+    from evaluation.reports.capacity import ScopeSection
+    from prism.errors import DataContractError
+    from prism.primitives.decompose import decompose
+
+    start = pd.Timestamp(plan.forecast["ts"].min())
+    span = max(3 * (plan.forecast.groupby("series_id").size().max() * plan.freq_s), 86_400 * 3)
+    ids = [r.series_id for r in plan.rows]
+    history = store.load_panel(ids, start=start - pd.Timedelta(seconds=span), end=start)
+    decompositions: dict[str, Any] = {}
+    notes: dict[str, str] = {}
+    by_metric: dict[str, list[str]] = {}
+    for sid in ids:
+        by_metric.setdefault(split_series_id(sid)[2], []).append(sid)
+    for metric, wanted in by_metric.items():
+        siblings = store.list_series(cluster=plan.cluster, metric=metric)["series_id"].tolist()
+        chosen = wanted + [s for s in siblings if s not in wanted]
+        chosen = chosen[:max(_DICTIONARY_SERIES, len(wanted))]
+        try:
+            result = decompose(store.load_panel(chosen), series_ids=wanted)
+            decompositions.update(result.series)
+        except DataContractError as exc:
+            for sid in wanted:
+                notes[sid] = f"no primitive breakdown: {exc}"
+    out = []
+    for row in plan.rows:
+        mine = history[history["series_id"] == row.series_id][["ts", "value"]]
+        out.append(ScopeSection(scope=row.scope, series_id=row.series_id,
+                                history=mine.reset_index(drop=True),
+                                decomposition=decompositions.get(row.series_id),
+                                note=notes.get(row.series_id, "")))
+    return out
+
+
+def _report_planning(store: Store, plan: CapacityPlan
+                     ) -> tuple[pd.DataFrame | None, pd.DataFrame | None, str]:
+    """The planning backtest the report shows for a cluster: the references and the cheap
+    baselines run now on the planned series, plus the last saved ``prism backtest
+    --planning`` rows of the cluster's series."""
+    from evaluation.planning import aggregate_plans, planning_backtest
+    from prism.forecasters import get_forecaster
+
+    ids = [r.series_id for r in plan.rows]
+    panel = store.load_panel(ids)
+    day = 86_400
+    days_there = int(panel.groupby("series_id").size().min() * plan.freq_s // day)
+    days = min(7, days_there - 2)  # two days before the replay: the static peak, yesterday
+    capacity = {r.series_id: r.capacity for r in plan.rows
+                if r.capacity is not None and r.series_id.endswith(_ALLOCATED)}
+    parts, notes = [], []
+    if days >= 1 and day % plan.freq_s == 0:
+        blocks = [b for b in ("1d", "1h") if 3600 % plan.freq_s == 0 or b == "1d"]
+        forecasters = {m: get_forecaster(m) for m in _REPORT_PLANNING_MODELS}
+        try:
+            result = planning_backtest(forecasters, panel, days=days, horizon="1d",
+                                       quantiles=(0.9, 0.95, 0.99), blocks=blocks,
+                                       capacity=capacity)
+            parts.append(result.by_series)
+            notes.append(f"The last {days} day(s) replayed now on the planned series with "
+                         f"{', '.join(_REPORT_PLANNING_MODELS)} (day-ahead, one level per "
+                         "block; GPUs in use capped at capacity).")
+        except PrismError as exc:
+            notes.append(f"no planning backtest of the planned series: {exc}")
+    else:
+        notes.append("the series are too short (or not at a step dividing a day) for a "
+                     "day-ahead planning backtest")
+    saved = store.latest_evaluation("planning")
+    if saved is not None:
+        run_id, created, params, table = saved
+        mine = table[table["series_id"].map(
+            lambda s: str(s).split("/")[0] == plan.cluster)] if "series_id" in table else table
+        if not mine.empty:
+            parts.append(mine)
+            notes.append(f"Plus {run_id} (prism backtest --planning, saved "
+                         f"{created:%Y-%m-%d %H:%M} UTC: {_describe(params)}).")
+    if not parts:
+        return None, None, " ".join(notes)
+    by_series = pd.concat(parts, ignore_index=True)
+    by_series["metric"] = by_series["series_id"].map(lambda s: split_series_id(str(s))[2])
+    by_series = by_series.drop_duplicates(["series_id", "plan", "block"], keep="last")
+    table = aggregate_plans(by_series, keys=("metric", "plan", "model", "quantile", "block"))
+    return table, by_series, " ".join(notes)
+
+
+def _describe(params: str) -> str:
+    import json
+
+    try:
+        values = json.loads(params)
+    except ValueError:
+        return params
+    if not isinstance(values, dict):
+        return str(values)
+    return ", ".join(f"{k} {v}" for k, v in values.items())
+
+
+def save_evaluation(db: str | Path, kind: str, table: pd.DataFrame,
+                    params: dict[str, Any]) -> str:
+    """Keep an evaluation table in the store for the capacity report (``accuracy``:
+    ``prism backtest --summary``; ``planning``: ``prism backtest --planning``).
+
+    Returns:
+        The run id.
+    """
+    import json
+
+    with open_store(db, must_exist=True) as store:
+        return store.save_evaluation(kind, table, json.dumps(params, default=str))
+
+
+def planning_from_backtest(
+    db: str | Path,
+    frame: pd.DataFrame,
+    panel: pd.DataFrame,
+    *,
+    horizon: str,
+    quantiles: Sequence[float],
+) -> tuple[pd.DataFrame, str]:
+    """Score a backtest frame as a planning backtest (capped at the stored capacities) and
+    save it for the report.
+
+    Args:
+        db: the store (capacities; the result is saved there).
+        frame: the backtest frame.
+        panel: the panel it ran on.
+        horizon: its window.
+        quantiles: provisioning quantiles (columns of the frame).
+
+    Returns:
+        ``(table, run_id)``: the totals per plan and block, and the saved run's id.
+
+    Raises:
+        DataContractError / ConfigError: as :func:`evaluation.planning.planning_table`.
+    """
+    import json
+
+    from evaluation.planning import planning_table
+    from prism.forecasters.base import horizon_steps
+
+    freq_s = int(panel.groupby("series_id")["ts"].diff().dropna().dt.total_seconds().min())
+    h = horizon_steps(horizon, freq_s)
+    blocks = [b for b, s in (("1d", 86_400), ("1h", 3_600))
+              if s % freq_s == 0 and h % (s // freq_s) == 0]
+    if not blocks:
+        blocks = [horizon]
+    capacity: dict[str, float] = {}
+    with open_store(db, must_exist=True) as store:
+        at = pd.Timestamp(frame["cutoff"].min())
+        for sid in sorted(frame["series_id"].unique()):
+            cluster, scope, _ = split_series_id(str(sid))
+            if not str(sid).endswith(_ALLOCATED):
+                continue  # demand with a queue can exceed capacity: never capped
+            gpus, _ = _capacities(store, cluster, [scope], at, None)
+            if scope in gpus:
+                capacity[str(sid)] = gpus[scope]
+        table, by_series = planning_table(frame, panel, horizon=horizon, quantiles=quantiles,
+                                          blocks=blocks, capacity=capacity)
+        run_id = store.save_evaluation("planning", by_series, json.dumps({
+            "models": ",".join(map(str, pd.unique(frame["model"]))), "horizon": horizon,
+            "windows": int(frame["cutoff"].nunique()), "series": len(by_series["series_id"]
+                                                                     .unique())}))
+    return table, run_id
+
+
+def server_status(server: ForecastServer) -> dict[str, int] | None:
+    """What the forecast server holds (series, models, jobs, cache), or ``None`` when it is
+    not serving (starting or stopping)."""
+    return server.status() if server.ready else None

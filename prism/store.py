@@ -24,7 +24,7 @@ from prism.errors import ConfigError, PrismError, SeriesNotFound
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _DDL = (
     "CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR)",
@@ -53,6 +53,31 @@ _DDL = (
         n_filled BIGINT, unit VARCHAR, aggregation VARCHAR, fill VARCHAR)""",
     """CREATE TABLE IF NOT EXISTS series_values (
         cluster VARCHAR, series_id VARCHAR, ts TIMESTAMP, value DOUBLE, filled BOOLEAN)""",
+    # batch runs (prism.batch): one row per run, one per series and run, the forecasts
+    """CREATE TABLE IF NOT EXISTS batch_runs (
+        run_id VARCHAR PRIMARY KEY, task VARCHAR, model VARCHAR, params VARCHAR,
+        horizon VARCHAR, quantiles DOUBLE[], windows INTEGER, backend VARCHAR,
+        workers INTEGER, n_series BIGINT, status VARCHAR, started_at TIMESTAMP,
+        finished_at TIMESTAMP, seconds DOUBLE)""",
+    """CREATE TABLE IF NOT EXISTS batch_series (
+        run_id VARCHAR, series_id VARCHAR, status VARCHAR, fallback_reason VARCHAR,
+        seconds DOUBLE, n_rows BIGINT)""",
+    """CREATE TABLE IF NOT EXISTS batch_forecasts (
+        run_id VARCHAR, series_id VARCHAR, cutoff TIMESTAMP, ts TIMESTAMP, model VARCHAR,
+        mean DOUBLE, quantiles DOUBLE[], value DOUBLE)""",
+    # schema 2: the REST API's forecast cache and the errors of served forecasts (drift)
+    """CREATE TABLE IF NOT EXISTS forecast_cache (
+        series_id VARCHAR, model VARCHAR, model_version VARCHAR, watermark VARCHAR,
+        horizon_steps INTEGER, quantiles VARCHAR, payload VARCHAR, created_at TIMESTAMP,
+        PRIMARY KEY (series_id, model, model_version, watermark, horizon_steps, quantiles))""",
+    """CREATE TABLE IF NOT EXISTS forecast_errors (
+        series_id VARCHAR, model VARCHAR, model_version VARCHAR, origin_ts TIMESTAMP,
+        ts TIMESTAMP, step INTEGER, forecast DOUBLE, actual DOUBLE, scored_at TIMESTAMP)""",
+    # evaluation tables the capacity report shows: the last `prism backtest --summary`
+    # (kind 'accuracy') and planning backtest (kind 'planning'), as JSON records
+    """CREATE TABLE IF NOT EXISTS evaluations (
+        run_id VARCHAR PRIMARY KEY, kind VARCHAR, created_at TIMESTAMP, params VARCHAR,
+        records VARCHAR)""",
 )
 
 
@@ -220,6 +245,9 @@ class Store:
                     f"this store has schema version {row[0]}, newer than this PRISM "
                     f"({SCHEMA_VERSION}); upgrade PRISM or use another --db"
                 )
+            elif int(row[0]) < SCHEMA_VERSION:  # older: the DDL above added the new tables
+                self.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'",
+                             [str(SCHEMA_VERSION)])
 
     @property
     def schema_version(self) -> int:
@@ -286,5 +314,276 @@ class Store:
         frame["value"] = frame["value"].astype("float64")
         return frame
 
+    # -- forecast serving (the REST API) ------------------------------------------------------
+    def series_watermarks(self, clusters: Sequence[str] | None = None) -> pd.DataFrame:
+        """Each series' catalogue entry and a checksum of its values.
 
-_INSERTABLE = {"jobs", "samples", "capacity", "rejects", "series_values", "series", "ingests"}
+        The checksum (``bit_xor`` of ``hash(ts, value)`` over the series) changes whenever a
+        value is added, removed or revised, and is the same for the same data.
+
+        Args:
+            clusters: only these clusters (all when ``None``).
+
+        Returns:
+            ``series_id, cluster, freq, first_ts, last_ts, n_points, checksum``.
+        """
+        wanted = list(clusters) if clusters is not None else None
+        frame = self.fetch_df(
+            """SELECT s.series_id, s.cluster, s.freq, s.first_ts, s.last_ts, s.n_points,
+                      coalesce(v.checksum, 0)::UBIGINT AS checksum
+               FROM series s LEFT JOIN (
+                   SELECT series_id, bit_xor(hash(ts, value)) AS checksum FROM series_values
+                   WHERE ?::VARCHAR[] IS NULL OR list_contains(?::VARCHAR[], cluster)
+                   GROUP BY series_id) v USING (series_id)
+               WHERE ?::VARCHAR[] IS NULL OR list_contains(?::VARCHAR[], s.cluster)
+               ORDER BY s.series_id""",
+            [wanted, wanted, wanted, wanted],
+        )
+        for col in ("first_ts", "last_ts"):
+            frame[col] = frame[col].astype("datetime64[ns]")
+        return frame
+
+    def cached_forecast(
+        self, series_id: str, model: str, model_version: str, watermark: str,
+        horizon_steps: int, quantiles: str,
+    ) -> str | None:
+        """The cached forecast payload under this key, or ``None``."""
+        row = self.fetch_one(
+            """SELECT payload FROM forecast_cache WHERE series_id = ? AND model = ?
+               AND model_version = ? AND watermark = ? AND horizon_steps = ?
+               AND quantiles = ?""",
+            [series_id, model, model_version, watermark, horizon_steps, quantiles],
+        )
+        return None if row is None else str(row[0])
+
+    def cache_forecasts(self, rows: Sequence[tuple[str, str, str, str, int, str, str]]) -> int:
+        """Add forecast payloads to the cache; a key already there is kept as it is.
+
+        Args:
+            rows: ``(series_id, model, model_version, watermark, horizon_steps, quantiles,
+                payload)`` tuples.
+
+        Returns:
+            The number of rows given.
+        """
+        if not rows:
+            return 0
+        frame = pd.DataFrame(list(rows), columns=["series_id", "model", "model_version",
+                                                  "watermark", "horizon_steps", "quantiles",
+                                                  "payload"])
+        view = f"_prism_cache_{threading.get_ident()}"
+        with self._lock:
+            self._settle()
+            self._conn.register(view, frame)
+            try:
+                self.execute(
+                    f"""INSERT OR IGNORE INTO forecast_cache
+                        SELECT series_id, model, model_version, watermark,
+                               horizon_steps::INTEGER, quantiles, payload,
+                               now()::TIMESTAMP FROM "{view}" """)
+            finally:
+                self._conn.unregister(view)
+        return len(rows)
+
+    def drop_cached_forecasts(self, series_ids: Sequence[str] | None = None) -> int:
+        """Delete the cached forecasts of these series (all when ``None``).
+
+        Returns:
+            The number of rows deleted.
+        """
+        row = self.fetch_one(
+            """WITH gone AS (DELETE FROM forecast_cache
+                   WHERE ?::VARCHAR[] IS NULL OR list_contains(?::VARCHAR[], series_id)
+                   RETURNING 1)
+               SELECT count(*) FROM gone""",
+            [series_ids and list(series_ids), series_ids and list(series_ids)],
+        )
+        return int(row[0]) if row else 0
+
+    def add_forecast_errors(self, frame: pd.DataFrame) -> int:
+        """Append scored forecast points (``series_id, model, model_version, origin_ts, ts,
+        step, forecast, actual``) to ``forecast_errors``."""
+        if frame.empty:
+            return 0
+        return self.insert_frame(
+            "forecast_errors", frame,
+            ["series_id", "model", "model_version", "origin_ts", "ts", "step", "forecast",
+             "actual", "scored_at"])
+
+    def rolling_forecast_errors(self, window: int) -> pd.DataFrame:
+        """The error of the last ``window`` scored points of each series and model.
+
+        Returns:
+            ``series_id, model, points, mae, wape`` (``wape``: sum of absolute errors over
+            the sum of absolute actuals; NaN when the actuals are all 0).
+        """
+        return self.fetch_df(
+            """SELECT series_id, model, count(*) AS points,
+                      avg(abs(forecast - actual)) AS mae,
+                      sum(abs(forecast - actual)) / nullif(sum(abs(actual)), 0) AS wape
+               FROM (SELECT *, row_number() OVER (PARTITION BY series_id, model
+                                                  ORDER BY ts DESC, scored_at DESC) AS rn
+                     FROM forecast_errors)
+               WHERE rn <= ? GROUP BY series_id, model ORDER BY series_id, model""",
+            [int(window)],
+        )
+
+    def capacity_at(self, cluster: str, scope: str, at: pd.Timestamp | None) -> float | None:
+        """GPUs installed in a scope at time ``at`` (the latest row per GPU type in force).
+
+        Returns:
+            The sum over GPU types, or ``None`` when the store has no capacity for the scope.
+        """
+        row = self.fetch_one(
+            """SELECT sum(gpus), count(*) FROM (
+                   SELECT gpus FROM capacity
+                   WHERE cluster = ? AND scope = ?
+                     AND (valid_from IS NULL OR ?::TIMESTAMP IS NULL OR valid_from <= ?)
+                   QUALIFY row_number() OVER (PARTITION BY gpu_type
+                                              ORDER BY valid_from DESC NULLS LAST,
+                                                       ingest_id DESC) = 1)""",
+            [cluster, scope, at, at],
+        )
+        if row is None or not row[1]:
+            return None
+        return float(row[0])
+
+    # -- evaluations (the capacity report) ------------------------------------------------------
+    def save_evaluation(self, kind: str, table: pd.DataFrame, params: str = "{}") -> str:
+        """Keep an evaluation table (``kind``: ``accuracy`` or ``planning``) for the report.
+
+        Args:
+            kind: what the table is.
+            table: the table (stored as JSON records, times in ISO 8601).
+            params: JSON text of the settings it was computed with.
+
+        Returns:
+            The new run id.
+        """
+        import uuid
+
+        run_id = f"{kind}-{uuid.uuid4().hex[:12]}"
+        records = table.to_json(orient="records", date_format="iso", double_precision=10)
+        self.execute(
+            """INSERT INTO evaluations (run_id, kind, created_at, params, records)
+               VALUES (?, ?, now()::TIMESTAMP, ?, ?)""",
+            [run_id, kind, params, records],
+        )
+        return run_id
+
+    def latest_evaluation(self, kind: str) -> tuple[str, pd.Timestamp, str, pd.DataFrame] | None:
+        """The newest evaluation of ``kind``: ``(run_id, created_at, params JSON, table)``."""
+        import io
+
+        row = self.fetch_one(
+            """SELECT run_id, created_at, params, records FROM evaluations WHERE kind = ?
+               ORDER BY created_at DESC, run_id DESC LIMIT 1""",
+            [kind],
+        )
+        if row is None:
+            return None
+        table = pd.read_json(io.StringIO(str(row[3])), orient="records")
+        return str(row[0]), pd.Timestamp(row[1]), str(row[2]), table
+
+    # -- batch runs (prism.batch) -----------------------------------------------------------
+    def load_panel_block(self, series_ids: Sequence[str]) -> pd.DataFrame:
+        """The panel of a block of series (ids absent from the store are simply absent).
+
+        The block is read with a range filter on its sorted ids besides the membership test,
+        so that DuckDB skips the row groups of other series: a batch reads thousands of
+        series block by block without scanning the whole table each time.
+        """
+        ids = sorted(set(series_ids))
+        if not ids:
+            return pd.DataFrame({"series_id": pd.Series(dtype=object),
+                                 "ts": pd.Series(dtype="datetime64[ns]"),
+                                 "value": pd.Series(dtype="float64")})
+        frame = self.fetch_df(
+            """SELECT series_id, ts, value FROM series_values
+               WHERE series_id BETWEEN ? AND ? AND list_contains(?::VARCHAR[], series_id)
+               ORDER BY series_id, ts""",
+            [ids[0], ids[-1], ids],
+        )
+        frame["ts"] = frame["ts"].astype("datetime64[ns]")
+        frame["value"] = frame["value"].astype("float64")
+        return frame
+
+    def start_batch_run(
+        self, run_id: str, *, task: str, model: str, params: str, horizon: str,
+        quantiles: Sequence[float], windows: int | None, backend: str, workers: int,
+        n_series: int,
+    ) -> None:
+        """Record a batch run as ``running`` (``params`` is JSON text)."""
+        self.execute(
+            """INSERT INTO batch_runs (run_id, task, model, params, horizon, quantiles, windows,
+                                       backend, workers, n_series, status, started_at)
+               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', now()::TIMESTAMP)""",
+            [run_id, task, model, params, horizon, [float(q) for q in quantiles], windows,
+             backend, workers, n_series],
+        )
+
+    def add_batch_results(self, run_id: str, forecasts: pa.Table | None,
+                          series: pd.DataFrame) -> None:
+        """Append the forecasts and per-series outcomes of a finished chunk (one transaction).
+
+        Args:
+            run_id: the run.
+            forecasts: ``series_id, cutoff, ts, model, mean, quantiles (list), value`` rows.
+            series: ``series_id, status, fallback_reason, seconds, n_rows`` rows.
+        """
+        with self.transaction():
+            if forecasts is not None and forecasts.num_rows:
+                self.insert_frame("batch_forecasts", forecasts, _BATCH_FORECAST_COLUMNS,
+                                  {"run_id": run_id})
+            self.insert_frame("batch_series", series, _BATCH_SERIES_COLUMNS, {"run_id": run_id})
+
+    def finish_batch_run(self, run_id: str, *, status: str, seconds: float) -> None:
+        """Mark a batch run ``done``, ``failed`` or ``interrupted``."""
+        self.execute(
+            """UPDATE batch_runs SET status = ?, seconds = ?, finished_at = now()::TIMESTAMP
+               WHERE run_id = ?""",
+            [status, seconds, run_id],
+        )
+
+    def batch_runs(self, run_id: str | None = None) -> pd.DataFrame:
+        """The batch runs (or one of them), newest first."""
+        return self.fetch_df(
+            """SELECT * FROM batch_runs WHERE (?::VARCHAR IS NULL OR run_id = ?)
+               ORDER BY started_at DESC, run_id""",
+            [run_id, run_id],
+        )
+
+    def batch_series(self, run_id: str) -> pd.DataFrame:
+        """Per-series outcomes of a run: ``series_id, status, fallback_reason, seconds,
+        n_rows``, sorted by series."""
+        return self.fetch_df(
+            """SELECT series_id, status, fallback_reason, seconds, n_rows FROM batch_series
+               WHERE run_id = ? ORDER BY series_id""",
+            [run_id],
+        )
+
+    def iter_batch_forecasts(self, run_id: str, *, rows: int = 200_000) -> Iterator[pa.Table]:
+        """The forecasts of a run in order (series, cutoff, ts), ``rows`` at a time (Arrow).
+
+        Columns: ``series_id, ts, cutoff, model, mean, quantiles (list, at the run's
+        levels), value``. Streamed on a cursor of its own: memory stays flat however large
+        the run.
+        """
+        cursor = self._conn.cursor()
+        try:
+            reader = cursor.sql(
+                """SELECT series_id, ts, cutoff, model, mean, quantiles, value
+                   FROM batch_forecasts WHERE run_id = ?
+                   ORDER BY series_id, cutoff NULLS FIRST, ts""",
+                params=[run_id],
+            ).to_arrow_reader(rows)
+            for batch in reader:
+                yield pa.Table.from_batches([batch])
+        finally:
+            cursor.close()
+
+
+_BATCH_FORECAST_COLUMNS = ("series_id", "cutoff", "ts", "model", "mean", "quantiles", "value")
+_BATCH_SERIES_COLUMNS = ("series_id", "status", "fallback_reason", "seconds", "n_rows")
+_INSERTABLE = {"jobs", "samples", "capacity", "rejects", "series_values", "series", "ingests",
+               "forecast_errors", "batch_forecasts", "batch_series"}

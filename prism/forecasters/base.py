@@ -29,8 +29,17 @@ history with the parameters learned on the prefix: nothing is fitted twice.
 checks each updated series' rolling error (day-ahead forecasts through the last
 ``fallback_window``) against the seasonal naive fallback's; a series whose error is worse than
 the fallback's by more than ``fallback_margin`` is served by the fallback (logged, with the
-numbers) until the model is back within half the margin. Parameters are never refitted by ``update``: the last
-good version is the fitted one, and a refit is an explicit ``fit``.
+numbers) until the model is back within half the margin. Parameters are never refitted by
+``update``: the last good version is the fitted one, and a refit is an explicit ``fit``.
+
+**Global models at scale.** A global model (``global_model``) learns parameters that all series
+share (the hybrid's dictionary and RNN, a recurrent network, boosted trees) and possibly some
+state of each series of its own. ``fit_shared(panel)`` learns the shared parameters only, from
+all series or a sample; ``fit_local(panel)`` returns a copy fitted on any series against them
+(their own state and calibration); ``fit`` does both in one go, forecast for forecast.
+:mod:`prism.batch` learns the shared parameters once and fans ``fit_local`` out over workers. A
+global model with state of its own per series splits ``_fit`` into the hooks ``_fit_shared``
+and ``_fit_local`` (see the hybrid).
 """
 
 from __future__ import annotations
@@ -223,6 +232,70 @@ class BaseForecaster:
         panel = _checked_panel(panel, "fit on")
         for name in [n for n in vars(self) if n.endswith("_") and not n.startswith("_")]:
             delattr(self, name)  # refitting replaces all learned state
+        self._fit(self._take_series(panel))
+        self._calibrate_all()
+        return self
+
+    def fit_shared(self, panel: pd.DataFrame) -> Self:
+        """Learn only what a global model shares across series (its network, dictionary).
+
+        For batches of many series: the shared parameters are learned once from ``panel``
+        (all series, or a sample of them), then :meth:`fit_local` fits any series against
+        them. The model forecasts nothing until then. ``fit(panel)`` gives the same forecasts
+        as ``fit_shared(panel).fit_local(panel)``.
+
+        Raises:
+            ConfigError: for a model that is not global (``global_model`` is false): fit such
+                a model on each series with ``fit``.
+            DataContractError: as :meth:`fit`.
+        """
+        self._check_global("fit_shared")
+        panel = _checked_panel(panel, "fit on")
+        for name in [n for n in vars(self) if n.endswith("_") and not n.startswith("_")]:
+            delattr(self, name)
+        self._fit_shared(self._take_series(panel))
+        for name in _SERIES_STATE:  # keep the shared parameters only (small to ship)
+            delattr(self, name)
+        return self
+
+    def fit_local(self, panel: pd.DataFrame) -> Self:
+        """A copy fitted on the series of ``panel`` against this model's shared parameters.
+
+        Learns each series' own state (if the model has any) and calibrates its quantiles;
+        the shared parameters learned by :meth:`fit_shared` or :meth:`fit` are reused as they
+        are (not copied, not relearned). ``self`` is left unchanged.
+
+        Raises:
+            ConfigError: for a model that is not global.
+            NotFittedError: before ``fit_shared`` or ``fit``.
+            DataContractError: as :meth:`fit`, or for a panel whose step is not the one the
+                shared parameters were learned at.
+        """
+        self._check_global("fit_local")
+        if not hasattr(self, "freq_s_"):
+            raise NotFittedError(f"{type(self).__name__} has no shared parameters: call "
+                                 "fit_shared(panel) or fit(panel) first")
+        panel = _checked_panel(panel, "fit on")
+        freq_s = _panel_freq(panel)
+        if freq_s != self.freq_s_:
+            raise DataContractError(
+                f"the panel's step is {freq_s} s but the shared parameters were learned at "
+                f"{self.freq_s_} s; fit series of each step with their own model"
+            )
+        out = copy.copy(self)  # a new __dict__: the shared parts are shared, not copied
+        out._fit_local(out._take_series(panel))
+        out._calibrate_all()
+        return out
+
+    def _check_global(self, method: str) -> None:
+        if not self.global_model:
+            raise ConfigError(
+                f"{type(self).__name__} learns each series on its own: {method} is for global "
+                "models; call fit(panel) on the series instead"
+            )
+
+    def _take_series(self, panel: pd.DataFrame) -> dict[str, FloatArray]:
+        """Set the per-series state of a checked panel; return what ``_fit`` learns from."""
         self.freq_s_ = _panel_freq(panel)
         groups = {str(sid): g for sid, g in panel.groupby(SERIES_ID, sort=True)}
         self.series_ids_ = sorted(groups)
@@ -232,11 +305,12 @@ class BaseForecaster:
         self.fit_len_ = {sid: len(v) - self._holdout(len(v)) for sid, v in self.history_.items()}
         self.fallback_: dict[str, str] = {}
         self.version_ = 1
-        self._fit({sid: v[:self.fit_len_[sid]].copy() for sid, v in self.history_.items()})
+        return {sid: v[:self.fit_len_[sid]].copy() for sid, v in self.history_.items()}
+
+    def _calibrate_all(self) -> None:
         self.calibration_: dict[str, Calibration] = {}
         for sid in self.series_ids_:
             self._calibrate(sid)
-        return self
 
     def predict(
         self, horizon: int | str, quantiles: Sequence[float] = DEFAULT_QUANTILES
@@ -451,6 +525,17 @@ class BaseForecaster:
         """Learn the parameters from each series' values (the calibration tail left out)."""
         raise NotImplementedError
 
+    def _fit_shared(self, values: dict[str, FloatArray]) -> None:
+        """A global model's shared parameters (default: all of ``_fit``).
+
+        A global model that also learns state of its own per series splits ``_fit`` into
+        this hook and :meth:`_fit_local`, and its ``_fit`` calls both.
+        """
+        self._fit(values)
+
+    def _fit_local(self, values: dict[str, FloatArray]) -> None:
+        """Each series' own state, given the shared parameters (default: none)."""
+
     def _forecast(self, series_id: str, history: FloatArray, steps: int) -> FloatArray:
         """``steps`` point forecasts after ``history`` (a prefix of the series' history)."""
         raise NotImplementedError
@@ -469,6 +554,11 @@ class BaseForecaster:
     def copy(self) -> Self:
         """A deep copy (fitted state included)."""
         return copy.deepcopy(self)
+
+
+#: What ``fit`` learns of the series themselves (dropped by ``fit_shared``).
+_SERIES_STATE = ("series_ids_", "first_ts_", "last_ts_", "history_", "fit_len_", "fallback_",
+                 "version_")
 
 
 def clone(forecaster: BaseForecaster) -> BaseForecaster:

@@ -141,6 +141,11 @@ class PrismForecaster(BaseForecaster):
 
     # -- fit ----------------------------------------------------------------------------------
     def _fit(self, values: dict[str, FloatArray]) -> None:
+        self._fit_shared(values)
+        self._fit_local(values)
+
+    def _fit_shared(self, values: dict[str, FloatArray]) -> None:
+        """The dictionary and the RNN, learned from all series (or a sample, in batches)."""
         if self.combiner_power <= 0:
             raise ConfigError(f"combiner_power={self.combiner_power!r} must be positive")
         self.lookback_steps_ = self._steps_of(self.lookback)
@@ -149,10 +154,13 @@ class PrismForecaster(BaseForecaster):
         self.dictionary_: PrimitiveDictionary | None = None
         if self.use_primitives:
             self.dictionary_ = self._learn_dictionary(values)
-        self.state_ = {sid: self._learn_series(sid, v) for sid, v in values.items()}
         self.rnn_: SequenceRegressor | None = None
         if self.use_rnn:
             self.rnn_ = self._learn_rnn(values)
+
+    def _fit_local(self, values: dict[str, FloatArray]) -> None:
+        """Each series' season, sinusoids and scale floor."""
+        self.state_ = {sid: self._learn_series(sid, v) for sid, v in values.items()}
 
     def _learn_dictionary(self, values: dict[str, FloatArray]) -> PrimitiveDictionary | None:
         try:

@@ -1,0 +1,270 @@
+"""Scale: batch forecasts of thousands of series, local processes vs Ray vs statsforecast.
+
+    python -m evaluation.benchmarks.scale [--series 1000 10000] [--models prism,seasonal_naive]
+        [--configs local1,local2,ray2] [--no-mstl | --mstl-series N] [--append] [--quick]
+
+For each size, synthetic demand series of 28 days at 10 minutes (4,032 points: daily and
+weekly cycles, bursts, level shifts, noise; ids spread over 10 clusters and 3 metrics) are
+written to a DuckDB file; then every configuration forecasts all of them one day ahead with
+quantiles 0.5, 0.9, 0.99 through :func:`prism.batch.run_batch` (results streamed into the
+store): each model on the local backend with 1 and 2 worker processes and on a local Ray
+cluster of 2 CPUs. The reference is statsforecast's ``MSTL`` (seasons of a day and a week,
+80 % and 98 % intervals) with ``n_jobs=2`` on the same series, loaded from the same store
+into pandas (its contract); ``--mstl-series N`` runs it on the first N series only (it takes
+about 10 s a series here) and its series per second are over those. ``--quick`` runs 200
+series; ``--append`` keeps the rows of earlier runs in the results file.
+
+Each configuration runs in a fresh Python process. ``wall_s`` is the time of the batch call
+itself (PRISM: the shared fit of a global model, spawning workers, reading, forecasting,
+writing; Ray: with the cluster already started, its start-up is ``startup_s``; MSTL: fit and
+forecast, after a warm-up that compiles its numba code). ``driver_peak_mb`` is the peak RSS of
+the calling process (``ru_maxrss``); ``tree_peak_mb`` the largest sum of RSS over it and all
+its descendants (workers, Ray's daemons), sampled every 0.2 s (shared pages counted in each
+process, so it overstates). ``cpu_s`` is the CPU time of the process and the workers it
+waited for (local workers; not Ray's), ``load_avg`` the machine's mean 1-minute load average
+during the run (other work shares this machine). Writes ``evaluation/results/scale.{json,csv}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "evaluation" / "results"
+DAYS = 28
+STEPS = DAYS * 144
+QUANTILES = (0.5, 0.9, 0.99)
+CONFIGS = {"local1": ("local", 1), "local2": ("local", 2), "ray2": ("ray", 2)}
+METRICS = ("gpus_in_use", "gpu_demand", "gpus_pending")
+_BLOCK = 500
+
+
+def synthetic_block(first: int, count: int, *, seed: int = 0) -> pd.DataFrame:
+    """Series ``first .. first + count - 1`` as a panel (each series its own seeded RNG)."""
+    t = np.arange(STEPS)
+    ts = pd.date_range("2026-01-05", periods=STEPS, freq="10min")
+    frames = []
+    for i in range(first, first + count):
+        rng = np.random.default_rng([seed, i])
+        level = rng.lognormal(3.5, 0.8)
+        daily = rng.uniform(0.05, 0.4) * level * np.sin(2 * np.pi * t / 144 + rng.uniform(0, 6))
+        weekly = rng.uniform(0.0, 0.2) * level * np.sin(2 * np.pi * t / 1008 + rng.uniform(0, 6))
+        shifts = np.zeros(STEPS)
+        for at in rng.integers(0, STEPS, rng.poisson(1.5)):
+            shifts[at:] += rng.normal(0, 0.2) * level
+        bursts = np.zeros(STEPS)
+        for at in rng.integers(0, STEPS, rng.poisson(4)):
+            span = np.arange(STEPS - at)
+            bursts[at:] += rng.exponential(0.5) * level * np.exp(-span / rng.uniform(3, 30))
+        noise = rng.normal(0, 0.05 * level, STEPS)
+        value = np.maximum(0.0, level + daily + weekly + shifts + bursts + noise).round(2)
+        cluster, metric = f"cluster-{i % 10}", METRICS[(i // 10) % 3]
+        frames.append(pd.DataFrame({"cluster": cluster,
+                                    "series_id": f"{cluster}/vc{i:05d}/{metric}", "ts": ts,
+                                    "value": value, "filled": False}))
+    return pd.concat(frames, ignore_index=True)
+
+
+def build_store(path: Path, n: int) -> None:
+    """Write ``n`` synthetic series into a new store at ``path``."""
+    from prism.store import Store
+
+    with Store.open(path) as store:
+        for first in range(0, n, _BLOCK):
+            block = synthetic_block(first, min(_BLOCK, n - first))
+            store.insert_frame("series_values", block,
+                               ["cluster", "series_id", "ts", "value", "filled"])
+            catalogue = block.groupby("series_id", sort=True).agg(
+                cluster=("cluster", "first"), first_ts=("ts", "min"), last_ts=("ts", "max"),
+                n_points=("ts", "size")).reset_index()
+            catalogue["scope"] = catalogue["series_id"].str.split("/").str[1]
+            catalogue["metric"] = catalogue["series_id"].str.split("/").str[2]
+            catalogue["freq"] = "10min"
+            store.insert_frame("series", catalogue, ["series_id", "cluster", "scope", "metric",
+                                                     "freq", "first_ts", "last_ts",
+                                                     "n_points"])
+
+
+# -- one configuration, in a fresh process ------------------------------------------------------
+def _run_one(spec: dict[str, Any]) -> dict[str, Any]:
+    from prism import batch
+    from prism.forecasters import get_forecaster
+    from prism.store import Store
+
+    out: dict[str, Any] = {"startup_s": 0.0}
+    with Store.open(spec["db"]) as store:
+        if spec["model"] == "statsforecast_mstl":
+            return {**out, **_run_mstl(store, spec.get("mstl_series"))}
+        if spec["backend"] == "ray":
+            import ray
+
+            started = time.perf_counter()
+            ray.init(num_cpus=spec["workers"], include_dashboard=False, log_to_driver=False)
+            out["startup_s"] = time.perf_counter() - started
+        started = time.perf_counter()
+        report = batch.run_batch(store, get_forecaster(spec["model"], **spec["params"]),
+                                 horizon="1d", quantiles=QUANTILES, backend=spec["backend"],
+                                 workers=spec["workers"])
+        out["wall_s"] = time.perf_counter() - started
+        if spec["backend"] == "ray":
+            import ray
+
+            ray.shutdown()
+    out.update(shared_s=report.shared_seconds, shared_series=report.shared_series,
+               ok=report.ok, fallback=report.fallback, failed=report.failed, rows=report.rows,
+               run_id=report.run_id)
+    out["driver_peak_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return out
+
+
+def _run_mstl(store: Any, limit: int | None) -> dict[str, Any]:
+    from statsforecast import StatsForecast
+    from statsforecast.models import MSTL
+
+    ids = sorted(store.list_series()["series_id"])
+    panel = store.load_panel(ids[:limit] if limit else None).rename(
+        columns={"series_id": "unique_id", "ts": "ds", "value": "y"})
+    warm = panel[panel["unique_id"].isin(panel["unique_id"].unique()[:2])]
+    StatsForecast(models=[MSTL(season_length=[144, 1008])], freq="10min",
+                  n_jobs=1).forecast(df=warm, h=144, level=[80, 98])
+    started = time.perf_counter()
+    sf = StatsForecast(models=[MSTL(season_length=[144, 1008])], freq="10min", n_jobs=2)
+    frame = sf.forecast(df=panel, h=144, level=[80, 98])
+    wall = time.perf_counter() - started
+    return {"wall_s": wall, "rows": len(frame), "ok": int(frame["unique_id"].nunique()),
+            "n_done": int(frame["unique_id"].nunique()),
+            "fallback": 0, "failed": 0, "shared_s": 0.0, "shared_series": 0,
+            "driver_peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def _measured(spec: dict[str, Any]) -> dict[str, Any]:
+    """Run one configuration in a child process; sample its process tree's memory."""
+    import psutil
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    child = subprocess.Popen([sys.executable, "-m", "evaluation.benchmarks.scale",
+                              "--run-one", json.dumps(spec)], cwd=ROOT,
+                             stdout=subprocess.PIPE, text=True)
+    tree_peak = 0
+    loads = []
+    proc = psutil.Process(child.pid)
+    while child.poll() is None:
+        total = 0
+        with_children = [proc]
+        try:
+            with_children += proc.children(recursive=True)
+        except psutil.Error:
+            pass
+        for p in with_children:
+            try:
+                total += p.memory_info().rss
+            except psutil.Error:
+                continue
+        tree_peak = max(tree_peak, total)
+        loads.append(os.getloadavg()[0])
+        time.sleep(0.2)
+    output = child.stdout.read() if child.stdout else ""
+    if child.returncode != 0:
+        raise RuntimeError(f"configuration {spec} failed (exit {child.returncode})")
+    result = json.loads(output.strip().splitlines()[-1])
+    result["tree_peak_mb"] = tree_peak / 2**20
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    # CPU of the process and of the descendants it waited for (not Ray's daemons' workers)
+    result["cpu_s"] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    result["load_avg"] = float(np.mean(loads)) if loads else None
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark and write its results."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--series", type=int, nargs="+", default=[1000, 10000])
+    parser.add_argument("--models", default="prism,seasonal_naive")
+    parser.add_argument("--configs", default="local1,local2,ray2")
+    parser.add_argument("--no-mstl", action="store_true", help="skip the statsforecast run")
+    parser.add_argument("--mstl-series", type=int, default=None,
+                        help="run MSTL on the first N series only (it takes ~10 s a series "
+                        "here); its series/s is over those")
+    parser.add_argument("--append", action="store_true",
+                        help="keep the rows already in the results file (other sizes or "
+                        "configurations)")
+    parser.add_argument("--quick", action="store_true", help="200 series")
+    parser.add_argument("--output", default="scale", help="results file stem")
+    parser.add_argument("--run-one", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.run_one:
+        print(json.dumps(_run_one(json.loads(args.run_one))))
+        return 0
+    sizes = [200] if args.quick else args.series
+    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    configs = [c.strip() for c in args.configs.split(",") if c.strip()]
+    rows: list[dict[str, Any]] = []
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    previous = RESULTS / f"{args.output}.json"
+    if args.append and previous.exists():
+        rows = json.loads(previous.read_text())["runs"]
+    print(f"{'series':>7} {'model':<20} {'backend':<10} {'wall':>9} {'series/s':>9} "
+          f"{'shared':>8} {'driver MB':>10} {'tree MB':>9} {'fallback':>8} {'load':>5}",
+          flush=True)
+    with tempfile.TemporaryDirectory(prefix="prism-scale-") as tmp:
+        for n in sizes:
+            db = Path(tmp) / f"scale{n}.duckdb"
+            started = time.perf_counter()
+            build_store(db, n)
+            print(f"# {n} series written in {time.perf_counter() - started:.0f} s", flush=True)
+            specs = [{"db": str(db), "model": m, "params": {}, "backend": CONFIGS[c][0],
+                      "workers": CONFIGS[c][1], "config": c} for m in models for c in configs]
+            if not args.no_mstl:
+                specs.append({"db": str(db), "model": "statsforecast_mstl", "params": {},
+                              "backend": "n_jobs=2", "workers": 2, "config": "mstl2",
+                              "mstl_series": args.mstl_series})
+            for spec in specs:
+                result = _measured(spec)
+                row = {"n_series": n, "model": spec["model"], "config": spec["config"],
+                       "backend": spec["backend"], "workers": spec["workers"], **result,
+                       "series_per_s": result.get("n_done", n) / result["wall_s"]}
+                rows = [r for r in rows if (r["n_series"], r["model"], r["config"])
+                        != (n, spec["model"], spec["config"])] + [row]
+                print(f"{n:>7} {row['model']:<20} {row['config']:<10} {row['wall_s']:8.1f}s "
+                      f"{row['series_per_s']:9.1f} {row['shared_s']:7.1f}s "
+                      f"{row['driver_peak_mb']:10.0f} {row['tree_peak_mb']:9.0f} "
+                      f"{row['fallback']:>8} {row['load_avg'] or 0:5.1f}", flush=True)
+                _write(rows, args.output)
+            db.unlink(missing_ok=True)
+    _write(rows, args.output)
+    return 0
+
+
+def _write(rows: list[dict[str, Any]], stem: str) -> None:
+    frame = pd.DataFrame(rows)
+    for _, group in frame.groupby("n_series"):
+        base = group.set_index(["model", "config"])["wall_s"]
+        mstl_rate = group.loc[group["model"] == "statsforecast_mstl", "series_per_s"]
+        for i in group.index:
+            local1 = base.get((frame.at[i, "model"], "local1"))
+            frame.at[i, "speedup_vs_local1"] = local1 / frame.at[i, "wall_s"] if local1 else None
+            # per series: MSTL may have run on a subsample
+            frame.at[i, "time_per_series_vs_mstl"] = (
+                mstl_rate.iloc[0] / frame.at[i, "series_per_s"] if len(mstl_rate) else None)
+    meta = {"days": DAYS, "steps": STEPS, "horizon": "1d", "quantiles": list(QUANTILES),
+            "cpus": sorted(os.sched_getaffinity(0)),
+            "note": "shared 2-core machine: other work ran at the same time"}
+    (RESULTS / f"{stem}.json").write_text(json.dumps(
+        {**meta, "runs": json.loads(frame.to_json(orient="records"))}, indent=2) + "\n")
+    frame.to_csv(RESULTS / f"{stem}.csv", index=False)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,351 @@
+"""A Python client of the PRISM REST API, for schedulers and capacity tools.
+
+    from prism.client import PrismClient
+
+    with PrismClient("http://127.0.0.1:8000") as prism:      # token from PRISM_API_TOKEN
+        fc = prism.forecast("cluster-0/all/gpu_demand", horizon="6h", quantiles=(0.5, 0.95))
+        peak = max(fc.band(0.95))
+        plan = prism.capacity("cluster-0", horizon="1d", quantile=0.95)
+
+Every call has a timeout. A ``503`` (a model being fitted or updated) is retried after the
+server's ``Retry-After`` (capped at ``max_backoff``), and a connection error after an
+exponential backoff, at most ``retries`` times; other errors raise :class:`PrismAPIError`
+with the server's message. Ingest is safe to retry: the server skips content it has already
+stored.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from prism.errors import PrismError
+
+logger = logging.getLogger(__name__)
+
+
+class PrismAPIError(PrismError):
+    """The API answered with an error.
+
+    Attributes:
+        status: the HTTP status (0 when the server could not be reached).
+        detail: the server's ``detail`` (a message, or a list of field errors for 422).
+    """
+
+    def __init__(self, status: int, detail: Any, *, method: str, url: str) -> None:
+        self.status = status
+        self.detail = detail
+        super().__init__(f"{method} {url} -> {status}: {detail}")
+
+
+@dataclass(frozen=True)
+class Forecast:
+    """One series' forecast: ``ts[i]``, ``mean[i]`` and ``bands["p90"][i]`` are step ``i+1``.
+
+    Attributes:
+        series_id: the series.
+        model: the model key (alias, with the hyperparameters that differ from defaults).
+        model_id: the model's registry id.
+        model_version: ``<model id>.v<version>``.
+        watermark: the data the model had absorbed.
+        freq_s: step in seconds.
+        quantiles: the levels of ``bands``.
+        ts: forecast timestamps (aware, UTC).
+        mean: point forecasts.
+        bands: ``p50``-style name -> forecasts at that quantile.
+        fallback: why the seasonal naive fallback serves the series, if it does.
+        cached: whether the server answered from its cache.
+    """
+
+    series_id: str
+    model: str
+    model_id: str
+    model_version: str
+    watermark: str
+    freq_s: int
+    quantiles: tuple[float, ...]
+    ts: list[datetime]
+    mean: list[float]
+    bands: dict[str, list[float]]
+    fallback: str | None
+    cached: bool
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Forecast:
+        """A forecast from the API's JSON."""
+        return cls(
+            series_id=data["series_id"], model=data["model"], model_id=data["model_id"],
+            model_version=data["model_version"], watermark=data["watermark"],
+            freq_s=int(data["freq_s"]), quantiles=tuple(data["quantiles"]),
+            ts=[datetime.fromisoformat(t) for t in data["ts"]], mean=list(data["mean"]),
+            bands={k: list(v) for k, v in data["bands"].items()}, fallback=data["fallback"],
+            cached=bool(data["cached"]))
+
+    def band(self, quantile: float) -> list[float]:
+        """The forecasts at one of the requested quantiles.
+
+        Raises:
+            KeyError: for a quantile that was not requested.
+        """
+        return self.bands[f"p{round(quantile * 100, 6):g}"]
+
+    def to_frame(self) -> Any:
+        """The forecast contract as a pandas frame: ``series_id, ts, model, mean, p..``."""
+        import pandas as pd
+
+        ts = pd.to_datetime(self.ts, utc=True).tz_convert(None)  # the contract: naive UTC
+        frame = pd.DataFrame({"series_id": self.series_id, "ts": ts,
+                              "model": self.model, "mean": self.mean})
+        for name, values in self.bands.items():
+            frame[name] = values
+        return frame
+
+
+@dataclass(frozen=True)
+class CapacityRow:
+    """GPUs one scope needs over the window at the planning quantile, against capacity."""
+
+    cluster: str
+    scope: str
+    series_id: str
+    start: datetime
+    end: datetime
+    quantile: float
+    gpus_needed: float
+    mean_peak: float
+    capacity: float | None
+    shortfall_gpu_hours: float | None
+    idle_gpu_hours: float | None
+    recommendation: str
+    action: str = ""
+    add_gpus: int = 0
+    lend_gpus: int = 0
+    release_gpus: int = 0
+    queue_risk: float | None = None
+    idle_energy_kwh: float | None = None
+    busy_energy_kwh: float | None = None
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> CapacityRow:
+        """A row from the API's JSON (fields this client does not know are left out)."""
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        return cls(**{**known, "start": datetime.fromisoformat(data["start"]),
+                      "end": datetime.fromisoformat(data["end"])})
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    """What an ingest did.
+
+    Attributes:
+        status: ``ingested``, or ``unchanged`` when all of it was stored before.
+        rows: rows added.
+        rejected: rows rejected (with ``on_error="skip"``).
+        clusters: clusters whose series were derived again.
+        changed_series: series whose data changed.
+        files: per file: ``name, status, rows, rejected``.
+    """
+
+    status: str
+    rows: int
+    rejected: int
+    clusters: list[str]
+    changed_series: int
+    files: list[dict[str, Any]]
+
+
+class PrismClient:
+    """A client of the PRISM API (see the module docstring).
+
+    Args:
+        base_url: the server, e.g. ``http://127.0.0.1:8000``.
+        token: the bearer token (default: ``PRISM_API_TOKEN``, if set).
+        timeout: seconds for each request (connect, read, write).
+        retries: how many times a 503 or a connection error is retried.
+        backoff: first wait after a connection error (doubling, with jitter).
+        max_backoff: the longest wait between tries (also caps ``Retry-After``).
+        transport: an httpx transport (tests; default: the network).
+        sleep: how to wait (tests).
+    """
+
+    def __init__(
+        self,
+        base_url: str = "http://127.0.0.1:8000",
+        *,
+        token: str | None = None,
+        timeout: float = 10.0,
+        retries: int = 4,
+        backoff: float = 0.5,
+        max_backoff: float = 30.0,
+        transport: httpx.BaseTransport | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        token = token if token is not None else os.environ.get("PRISM_API_TOKEN") or None
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(base_url=base_url, headers=headers, timeout=timeout,
+                                  transport=transport)
+        self._retries = retries
+        self._backoff = backoff
+        self._max_backoff = max_backoff
+        self._sleep = sleep
+
+    def close(self) -> None:
+        """Close the connections."""
+        self._http.close()
+
+    def __enter__(self) -> PrismClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- calls ---------------------------------------------------------------------------------
+    def health(self) -> bool:
+        """Whether the server answers ``/healthz``."""
+        try:
+            return self._http.get("/healthz").status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def ready(self) -> dict[str, Any]:
+        """``/readyz``: series, models loaded, jobs and cached forecasts."""
+        return dict(self._request("GET", "/readyz").json())
+
+    def series(self, *, cluster: str | None = None, scope: str | None = None,
+               metric: str | None = None) -> list[dict[str, Any]]:
+        """The series catalogue (filtered)."""
+        params = {k: v for k, v in (("cluster", cluster), ("scope", scope),
+                                    ("metric", metric)) if v is not None}
+        return list(self._request("GET", "/v1/series", params=params).json()["series"])
+
+    def forecast(
+        self,
+        series_id: str,
+        *,
+        horizon: str = "1d",
+        quantiles: Sequence[float] = (0.5, 0.9, 0.99),
+        model: str | None = None,
+        params: Mapping[str, object] | None = None,
+    ) -> Forecast:
+        """The forecast of one series (waits, with retries, while its model is fitted).
+
+        Raises:
+            PrismAPIError: 404 unknown series, 422 bad horizon/quantile/model, 503 after the
+                retries.
+        """
+        query: list[tuple[str, str]] = [("series_id", series_id), ("horizon", horizon),
+                                        ("quantiles", ",".join(f"{q:g}" for q in quantiles))]
+        if model:
+            query.append(("model", model))
+        query += [("param", f"{k}={_text(v)}") for k, v in (params or {}).items()]
+        return Forecast.from_json(self._request("GET", "/v1/forecast", params=query).json())
+
+    def forecast_many(
+        self,
+        series_ids: Iterable[str],
+        *,
+        horizon: str = "1d",
+        quantiles: Sequence[float] = (0.5, 0.9, 0.99),
+        model: str | None = None,
+        params: Mapping[str, object] | None = None,
+    ) -> list[Forecast]:
+        """Forecasts of several series with one model (one request)."""
+        body: dict[str, Any] = {"series_ids": list(series_ids), "horizon": horizon,
+                                "quantiles": list(quantiles), "params": dict(params or {})}
+        if model:
+            body["model"] = model
+        data = self._request("POST", "/v1/forecast", json=body).json()
+        return [Forecast.from_json(f) for f in data["forecasts"]]
+
+    def capacity(
+        self,
+        cluster: str,
+        *,
+        scope: str | None = None,
+        horizon: str = "1d",
+        quantile: float = 0.95,
+        model: str | None = None,
+    ) -> list[CapacityRow]:
+        """GPUs needed per scope over the horizon at the quantile, against capacity."""
+        query = {"cluster": cluster, "horizon": horizon, "quantile": f"{quantile:g}"}
+        if scope:
+            query["scope"] = scope
+        if model:
+            query["model"] = model
+        data = self._request("GET", "/v1/capacity", params=query).json()
+        return [CapacityRow.from_json(r) for r in data["rows"]]
+
+    def ingest_file(self, path: str | Path, *, format: str, **options: object) -> IngestResult:
+        """Upload a file to ingest (``format`` as in ``prism formats``; options as the query
+        of ``POST /v1/ingest``: ``cluster``, ``freq``, ``on_error``, ...)."""
+        path = Path(path)
+        files = {"file": (path.name, path.read_bytes())}
+        return self._ingest(format, options, files=files)
+
+    def ingest_records(self, records: Sequence[Mapping[str, object]], *, format: str,
+                       **options: object) -> IngestResult:
+        """Ingest rows given as objects (e.g. ``series_id, ts, value`` for ``long-csv``)."""
+        return self._ingest(format, options, json={"records": [dict(r) for r in records]})
+
+    def _ingest(self, fmt: str, options: Mapping[str, object], **body: Any) -> IngestResult:
+        query = {"format": fmt, **{k: _text(v) for k, v in options.items() if v is not None}}
+        data = self._request("POST", "/v1/ingest", params=query, **body).json()
+        return IngestResult(status=data["status"], rows=data["rows"], rejected=data["rejected"],
+                            clusters=data["clusters"], changed_series=data["changed_series"],
+                            files=data["files"])
+
+    # -- transport -----------------------------------------------------------------------------
+    def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        """Send, retrying 503s and connection errors; raise :class:`PrismAPIError` else."""
+        attempt = 0
+        while True:
+            try:
+                response = self._http.request(method, path, **kwargs)
+            except httpx.TransportError as exc:
+                if attempt >= self._retries:
+                    raise PrismAPIError(0, f"cannot reach the server: {exc}", method=method,
+                                        url=str(self._http.base_url) + path) from exc
+                wait = self._wait(attempt, None)
+                logger.info("%s %s: %s; retrying in %.1f s", method, path, exc, wait)
+            else:
+                if response.status_code < 400:
+                    return response
+                if response.status_code != 503 or attempt >= self._retries:
+                    raise PrismAPIError(response.status_code, _detail(response),
+                                        method=method, url=str(response.url))
+                wait = self._wait(attempt, response.headers.get("Retry-After"))
+                logger.info("%s %s: 503 (%s); retrying in %.1f s", method, path,
+                            _detail(response), wait)
+            self._sleep(wait)
+            attempt += 1
+
+    def _wait(self, attempt: int, retry_after: str | None) -> float:
+        if retry_after is not None:
+            try:
+                return min(self._max_backoff, max(0.0, float(retry_after)))
+            except ValueError:
+                pass
+        base = self._backoff * (2 ** attempt)
+        return min(self._max_backoff, base * (0.5 + random.random()))  # noqa: S311 - jitter
+
+
+def _detail(response: httpx.Response) -> Any:
+    try:
+        return response.json().get("detail", response.text)
+    except ValueError:
+        return response.text
+
+
+def _text(value: object) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value)

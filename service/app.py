@@ -1,0 +1,123 @@
+"""The PRISM REST API: ``create_app()`` builds it; ``lifespan`` opens the one store.
+
+Run it with ``prism serve --host 127.0.0.1 --port 8000`` (uvicorn, one process: the DuckDB
+file is opened by one process; requests run on their own cursors of its connection).
+"""
+
+from __future__ import annotations
+
+import copy
+import gc
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
+from prometheus_client import CollectorRegistry, disable_created_metrics
+from prometheus_client.registry import Collector
+
+from prism import __version__, services
+from prism.config import Settings, get_settings
+from prism.errors import PrismError
+from prism.serving import ForecastServer
+from service.errors import handle_prism_error
+from service.middleware import BearerToken, BodyLimit, HttpMetrics
+from service.routers import capacity, decomposition, forecast, health, ingest, series
+from service.schemas import ErrorOut
+
+
+class _ServerMetrics(Collector):
+    """The forecast server's metrics, read at each scrape."""
+
+    def __init__(self, app: FastAPI) -> None:
+        self._app = app
+
+    def collect(self) -> Any:
+        server: ForecastServer | None = getattr(self._app.state, "server", None)
+        if server is not None:
+            yield from server.collect()
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """The FastAPI app on the store and registry that ``settings`` name.
+
+    Args:
+        settings: default :func:`prism.config.get_settings` (``PRISM_*`` variables).
+
+    Returns:
+        The app; its lifespan opens the store and starts the forecast server.
+    """
+    settings = settings or get_settings()
+    disable_created_metrics()  # no *_created series: they double every counter's output
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        store = services.open_store(settings.db)
+        try:
+            app.state.store = store
+            app.state.server = services.start_forecast_server(store, settings)
+            # what is loaded now (torch, pandas, the catalogue) lives as long as the process:
+            # keep the garbage collector from walking it again and again (long pauses)
+            gc.collect()
+            gc.freeze()
+            try:
+                yield
+            finally:
+                app.state.server.close()
+        finally:
+            store.close()
+
+    app = FastAPI(
+        title="PRISM", version=__version__, lifespan=lifespan,
+        description="GPU-cluster workload forecasts for schedulers and capacity tools. "
+        "Every /v1 route needs `Authorization: Bearer <PRISM_API_TOKEN>` when the server "
+        "sets a token. Errors are `{\"detail\": ...}`.",
+    )
+    app.state.settings = settings
+    app.state.rendered = forecast.RenderedForecasts(settings.forecast_cache_entries)
+    app.state.metrics = CollectorRegistry(auto_describe=True)
+    app.state.metrics.register(_ServerMetrics(app))
+    app.add_exception_handler(PrismError, handle_prism_error)
+    app.include_router(health.router)
+    guarded: dict[int | str, dict[str, Any]] = {
+        401: {"model": ErrorOut, "description": "no or wrong bearer token"}}
+    for module in (forecast, series, ingest, decomposition, capacity):
+        app.include_router(module.router, responses=guarded)
+    # the last added runs first: metrics, CORS (answers preflights), token, body limit
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    if settings.api_token:
+        app.add_middleware(BearerToken, token=settings.api_token, prefix="/v1")
+    if settings.cors_origins:
+        app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins,
+                           allow_methods=["GET", "POST"],
+                           allow_headers=["Authorization", "Content-Type"])
+    app.add_middleware(HttpMetrics, registry=app.state.metrics)  # counts 401s and 413s too
+    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
+    return app
+
+
+def _openapi(app: FastAPI) -> dict[str, Any]:
+    """FastAPI's schema, with 422 answers that may also carry a message (domain errors)."""
+    if app.openapi_schema is None:
+        from fastapi.openapi.utils import get_openapi
+
+        schema = get_openapi(title=app.title, version=app.version,
+                             description=app.description, routes=app.routes)
+        schemas = schema.get("components", {}).get("schemas", {})
+        if "HTTPValidationError" in schemas:
+            fixed = copy.deepcopy(schemas["HTTPValidationError"])
+            detail = fixed["properties"]["detail"]
+            fixed["properties"]["detail"] = {"anyOf": [detail, {"type": "string"}],
+                                             "title": "Detail"}
+            schemas["HTTPValidationError"] = fixed
+        # the token (checked by the BearerToken middleware) as the /v1 security scheme
+        schema.setdefault("components", {}).setdefault("securitySchemes", {})["bearer"] = {
+            "type": "http", "scheme": "bearer",
+            "description": "PRISM_API_TOKEN, when the server sets one"}
+        for path, item in schema.get("paths", {}).items():
+            if path.startswith("/v1"):
+                for operation in item.values():
+                    operation["security"] = [{"bearer": []}]
+        app.openapi_schema = schema
+    return app.openapi_schema

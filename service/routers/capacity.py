@@ -1,0 +1,57 @@
+"""``/v1/capacity`` and ``/v1/reports/capacity``: the capacity plan and report of
+:mod:`prism.services` (the same use cases as ``prism capacity`` and ``prism report``)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+from fastapi.responses import HTMLResponse
+
+from prism import services
+from prism.capacity import Watts
+from service.deps import ServerDep, StoreDep
+from service.schemas import CapacityOut, CapacityQuery, CapacityRowOut, ErrorOut, ReportQuery
+
+router = APIRouter(prefix="/v1", tags=["capacity"])
+
+_ERRORS: dict[int | str, dict[str, object]] = {
+    404: {"model": ErrorOut, "description": "no demand series for the cluster or scope"},
+    422: {"model": ErrorOut, "description": "an input PRISM cannot use"},
+    503: {"model": ErrorOut, "description": "models are being fitted; retry later"},
+}
+
+
+@router.get("/capacity", response_model=CapacityOut, responses=_ERRORS)
+def capacity(q: Annotated[CapacityQuery, Query()], server: ServerDep,
+             store: StoreDep) -> CapacityOut:
+    """GPUs each scope needs over the horizon at the quantile, against its capacity: expected
+    shortfall and idle GPU-hours, queueing risk, energy, and what to do."""
+    watts = Watts(idle=q.watts_idle, busy=q.watts_busy)
+    plan = services.capacity_plan(server, store, q.cluster, scope=q.scope, horizon=q.horizon,
+                                  quantile=q.quantile, model=q.model, params=q.params,
+                                  reservations=q.reservation, growth=q.growth, watts=watts)
+    return CapacityOut(cluster=q.cluster, horizon=q.horizon, quantile=q.quantile,
+                       watts_idle=watts.idle, watts_busy=watts.busy,
+                       rows=[CapacityRowOut.model_validate(r)
+                             for r in plan.records(steps=q.steps)])
+
+
+#: The report answers HTML, its errors JSON: say so, or the errors would be documented as
+#: text/html (the route's media type).
+_JSON_ERRORS: dict[int | str, dict[str, object]] = {
+    status: {"description": spec["description"], "content": {"application/json": {
+        "schema": {"$ref": "#/components/schemas/ErrorOut"}}}}
+    for status, spec in _ERRORS.items()}
+
+
+@router.get("/reports/capacity", response_class=HTMLResponse,
+            responses={**_JSON_ERRORS,
+                       200: {"content": {"text/html": {"schema": {"type": "string"}}},
+                             "description": "a self-contained HTML page"}})
+def capacity_report(q: Annotated[ReportQuery, Query()], server: ServerDep,
+                    store: StoreDep) -> HTMLResponse:
+    """The capacity report (what ``prism report`` writes) as one self-contained HTML page."""
+    return HTMLResponse(services.capacity_report_html(
+        server, store, cluster=q.cluster, horizon=q.horizon, quantile=q.quantile,
+        model=q.model))

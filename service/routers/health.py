@@ -1,0 +1,36 @@
+"""``/healthz``, ``/readyz`` and ``/metrics``: open even when a token is set."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from prism import services
+from service.deps import ServerDep
+from service.schemas import ErrorOut, HealthOut, ReadyOut
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz", response_model=HealthOut)
+async def healthz() -> HealthOut:
+    """The process is up."""
+    return HealthOut()
+
+
+@router.get("/readyz", response_model=ReadyOut, responses={503: {"model": ErrorOut}})
+async def readyz(server: ServerDep) -> ReadyOut | JSONResponse:
+    """The store is open and the forecast server is serving."""
+    status = services.server_status(server)
+    if status is None:
+        return JSONResponse({"detail": "starting or stopping"}, status_code=503)
+    return ReadyOut.model_validate(status)
+
+
+@router.get("/metrics", response_class=Response,
+            responses={200: {"content": {CONTENT_TYPE_LATEST: {"schema": {"type": "string"}}},
+                             "description": "Prometheus text format"}})
+def metrics(request: Request) -> Response:
+    """Prometheus metrics: requests, latency, cache hits, fit times, freshness, drift."""
+    return Response(generate_latest(request.app.state.metrics), media_type=CONTENT_TYPE_LATEST)

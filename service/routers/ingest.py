@@ -1,0 +1,84 @@
+"""``/v1/ingest``: files (multipart or a raw body) or JSON records, as ``prism ingest``."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
+from pydantic import ValidationError
+from starlette.datastructures import UploadFile
+
+from prism import services
+from prism.ingest.base import IngestOptions
+from service.deps import ServerDep
+from service.schemas import ErrorOut, IngestFileOut, IngestOut, IngestQuery, IngestRecords
+
+router = APIRouter(prefix="/v1", tags=["ingest"])
+
+_BODY = {
+    "required": True,
+    "content": {
+        "multipart/form-data": {"schema": {
+            "type": "object", "required": ["file"],
+            "properties": {"file": {"type": "array",
+                                    "items": {"type": "string", "format": "binary"}}}}},
+        "application/json": {"schema": IngestRecords.model_json_schema()},
+        "text/csv": {"schema": {"type": "string"}},
+        "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
+    },
+}
+
+
+@router.post(
+    "/ingest", response_model=IngestOut, openapi_extra={"requestBody": _BODY},
+    responses={400: {"model": ErrorOut, "description": "a malformed multipart body"},
+               413: {"model": ErrorOut, "description": "the body is over the size limit"}},
+)
+async def ingest(q: Annotated[IngestQuery, Query()], request: Request,
+                 server: ServerDep) -> IngestOut:
+    """Ingest CSV/Parquet files (multipart field ``file``, repeatable, or the raw body) or
+    JSON ``{"records": [...]}`` in one transaction; the same content again is a no-op."""
+    files, records = await _read_body(request, q.filename)
+    options = IngestOptions(
+        cluster=q.cluster, scope=q.scope, tz=q.tz, origin=q.origin, time_col=q.time_col,
+        mapping=_pairs(q.map), on_error=q.on_error, extra=_pairs(q.option))
+    outcome = await run_in_threadpool(
+        services.ingest_upload, server, q.format, files=files, records=records,
+        options=options, freq=q.freq, fill=q.fill)
+    report = outcome.report
+    return IngestOut(
+        status="ingested" if any(f.status == "ingested" for f in report.files) else "unchanged",
+        rows=report.rows, rejected=report.rejected,
+        files=[IngestFileOut(name=f.path, status="unchanged" if f.status == "unchanged"
+                             else "ingested", rows=f.rows, rejected=f.rejected)
+               for f in report.files],
+        clusters=report.clusters, series=report.series, changed_series=len(outcome.changed),
+        scored_points=outcome.scored)
+
+
+async def _read_body(request: Request, filename: str | None
+                     ) -> tuple[list[tuple[str, bytes]], list[dict[str, Any]] | None]:
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind == "multipart/form-data":
+        async with request.form(max_files=100, max_fields=100) as form:
+            files = []
+            for item in form.getlist("file"):
+                if isinstance(item, UploadFile):
+                    files.append((item.filename or "upload", await item.read()))
+            return files, None
+    body = await request.body()
+    if kind == "application/json":
+        try:
+            parsed = IngestRecords.model_validate_json(body)
+        except ValidationError as exc:
+            raise RequestValidationError(
+                [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]
+            ) from exc
+        return [], [dict(r) for r in parsed.records]
+    return ([(filename or "upload", body)] if body else []), None
+
+
+def _pairs(items: list[str]) -> dict[str, str]:
+    return {k.strip(): v.strip() for k, _, v in (i.partition("=") for i in items)}

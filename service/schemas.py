@@ -1,0 +1,439 @@
+"""Request and response schemas of the REST API (pydantic).
+
+Requests are validated here, so that a bad value is a 422 naming its field
+(``["query", "horizon"]``); what only the data can tell (a horizon that is not a whole number
+of the series' steps) is checked by the core and is a 422 with a message.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, field_validator
+
+#: A positive duration (``6h``, ``1d``, ``90min``) or a whole number of steps (``144``).
+DURATION_PATTERN = r"^\s*(\d+|\d+(\.\d+)?\s*[A-Za-z]+)\s*$"
+#: ``cluster/scope/metric`` with the characters series ids may hold.
+SERIES_ID_PATTERN = r"^[A-Za-z0-9_.:=+@-]+/[A-Za-z0-9_.:=+@-]+/[A-Za-z0-9_.:=+@-]+$"
+_NAME = r"^[A-Za-z0-9_.:=+@-]+$"
+
+SeriesId = Annotated[str, Field(min_length=5, max_length=512, pattern=SERIES_ID_PATTERN,
+                                examples=["cluster-0/all/gpu_demand"])]
+
+
+def _duration(value: str) -> str:
+    if not re.match(DURATION_PATTERN, value) or not any(c != "0" for c in value if c.isdigit()):
+        raise ValueError(f"{value!r} is not a positive duration: write a number and a unit, "
+                         "e.g. 30min, 6h, 1d, or a whole number of steps such as 144")
+    return value
+
+
+Horizon = Annotated[str, Field(max_length=32, description="a duration (6h, 1d) or a number "
+                               "of steps", examples=["1d"],
+                               json_schema_extra={"pattern": DURATION_PATTERN}),
+                    AfterValidator(_duration)]
+ModelAlias = Annotated[str, Field(max_length=64, pattern=r"^[a-z][a-z0-9_]*$",
+                                  description="a forecaster alias (default: the server's)",
+                                  examples=["seasonal_naive"])]
+Quantile = Annotated[float, Field(gt=0, lt=1)]
+Param = Annotated[str, Field(max_length=256, pattern=r"^[A-Za-z_][A-Za-z0-9_]*=.*$",
+                             description="a hyperparameter as NAME=VALUE",
+                             examples=["use_rnn=false"])]
+Name = Annotated[str, Field(min_length=1, max_length=128, pattern=_NAME)]
+
+
+def _as_utc(value: datetime) -> datetime:
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+#: A time in UTC, written with ``Z`` (RFC 3339): stored times are UTC without a zone.
+UtcTime = Annotated[datetime, AfterValidator(_as_utc)]
+
+
+def _quantile_list(text: str) -> list[float]:
+    """``"0.5,0.9"`` -> ``[0.5, 0.9]``; each strictly between 0 and 1."""
+    try:
+        values = [float(q) for q in text.split(",") if q.strip()]
+    except ValueError:
+        raise ValueError(f"{text!r} is not a comma-separated list of numbers such as "
+                         "0.5,0.9,0.99") from None
+    if not values:
+        raise ValueError("give at least one quantile, e.g. 0.5,0.9,0.99")
+    bad = [q for q in values if not 0 < q < 1]
+    if bad:
+        raise ValueError(f"quantiles must be between 0 and 1 (exclusive); got {bad}")
+    if len(values) > 99:
+        raise ValueError("at most 99 quantiles")
+    return values
+
+
+def _params(items: list[str]) -> dict[str, str]:
+    return {k.strip(): v.strip() for k, _, v in (i.partition("=") for i in items)}
+
+
+# -- errors and health --------------------------------------------------------------------------
+class ErrorOut(BaseModel):
+    """An error: ``detail`` says what is wrong and how to fix it."""
+
+    detail: str | list[dict[str, Any]]
+
+
+class HealthOut(BaseModel):
+    """Liveness."""
+
+    status: Literal["ok"] = "ok"
+
+
+class ReadyOut(BaseModel):
+    """Readiness, with what the server holds."""
+
+    status: Literal["ready"] = "ready"
+    series: int
+    models_loaded: int
+    models_in_registry: int
+    jobs: int
+    cached_forecasts: int
+
+
+# -- series -------------------------------------------------------------------------------------
+class SeriesQuery(BaseModel):
+    """Filters of the series catalogue."""
+
+    cluster: Name | None = None
+    scope: Name | None = None
+    metric: Name | None = None
+
+
+class SeriesOut(BaseModel):
+    """One series of the catalogue."""
+
+    series_id: str
+    source: str | None = None
+    cluster: str
+    scope: str
+    metric: str
+    freq: str | None = None
+    first_ts: UtcTime | None = None
+    last_ts: UtcTime | None = None
+    n_points: int | None = None
+    n_filled: int | None = None
+    unit: str | None = None
+    aggregation: str | None = None
+    fill: str | None = None
+
+
+class SeriesListOut(BaseModel):
+    """The series catalogue."""
+
+    count: int
+    series: list[SeriesOut]
+
+
+class ValuesQuery(BaseModel):
+    """Which values of a series."""
+
+    series_id: SeriesId
+    start: str | None = Field(default=None, max_length=64, examples=["2026-01-05T00:00"],
+                              description="first time (inclusive), ISO 8601")
+    end: str | None = Field(default=None, max_length=64, description="end (exclusive)")
+    tail: int | None = Field(default=None, ge=1, le=1_000_000,
+                             description="only the last N values")
+
+
+class PointOut(BaseModel):
+    """One value of a series (``filled``: the bucket was a gap filled by the fill policy)."""
+
+    ts: UtcTime
+    value: float | None
+    filled: bool
+
+
+class ValuesOut(BaseModel):
+    """Values of one series."""
+
+    series_id: str
+    points: list[PointOut]
+
+
+# -- forecasts ----------------------------------------------------------------------------------
+class ForecastQuery(BaseModel):
+    """``GET /v1/forecast``: one series."""
+
+    series_id: SeriesId
+    horizon: Horizon = "1d"
+    quantiles: str = Field(default="0.5,0.9,0.99", max_length=1024,
+                           description="comma-separated levels in (0, 1)",
+                           examples=["0.5,0.9,0.99"])
+    model: ModelAlias | None = None
+    param: list[Param] = Field(default_factory=list)
+
+    @field_validator("quantiles")
+    @classmethod
+    def _check_quantiles(cls, value: str) -> str:
+        _quantile_list(value)
+        return value
+
+    @property
+    def levels(self) -> list[float]:
+        """The quantiles as numbers."""
+        return _quantile_list(self.quantiles)
+
+    @property
+    def params(self) -> dict[str, str]:
+        """The hyperparameters as ``{name: text}``."""
+        return _params(self.param)
+
+
+class ForecastRequest(BaseModel):
+    """``POST /v1/forecast``: several series with one model, horizon and quantiles."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    series_ids: list[SeriesId] = Field(min_length=1, max_length=1000)
+    horizon: Horizon = "1d"
+    quantiles: list[Quantile] = Field(default_factory=lambda: [0.5, 0.9, 0.99],
+                                      min_length=1, max_length=99)
+    model: ModelAlias | None = None
+    params: dict[Annotated[str, Field(max_length=64, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")],
+                 str | int | float | bool] = Field(default_factory=dict, max_length=64)
+
+    @property
+    def text_params(self) -> dict[str, str]:
+        """The hyperparameters as text, as the CLI takes them."""
+        return {k: (str(v).lower() if isinstance(v, bool) else str(v))
+                for k, v in self.params.items()}
+
+
+class ForecastOut(BaseModel):
+    """One series' forecast, by column: ``ts[i]``, ``mean[i]`` and ``bands["p90"][i]`` are
+    step ``i + 1``."""
+
+    series_id: str
+    model: str = Field(description="alias, with the hyperparameters that differ from its "
+                       "defaults: prism[use_rnn=false]")
+    model_id: str = Field(description="the model's id in the registry")
+    model_version: str = Field(description="<model id>.v<version>; grows with each update")
+    watermark: str = Field(description="the data the model had absorbed: last ts#checksum")
+    freq_s: int
+    horizon_steps: int
+    quantiles: list[float]
+    ts: list[AwareDatetime]  # the core sends them with their zone: no Python check per item
+    mean: list[float]
+    bands: dict[str, list[float]] = Field(description="p50-style name -> forecasts")
+    fallback: str | None = Field(default=None, description="why the seasonal naive "
+                                 "fallback serves the series, if it does")
+    cached: bool
+
+
+class ForecastsOut(BaseModel):
+    """Forecasts of several series."""
+
+    forecasts: list[ForecastOut]
+
+
+# -- decomposition ------------------------------------------------------------------------------
+class DecompositionQuery(BaseModel):
+    """``GET /v1/decomposition``."""
+
+    series_id: SeriesId
+    top: int = Field(default=5, ge=1, le=100, description="primitives to list")
+
+
+class PeriodOut(BaseModel):
+    """A significant period."""
+
+    seconds: float
+    steps: float
+    strength: float
+
+
+class PrimitiveOut(BaseModel):
+    """An atom of the dictionary and the share of the detrended variance it explains."""
+
+    id: str
+    kind: str
+    label: str
+    share: float
+
+
+class BurstOut(BaseModel):
+    """A burst: start, end (exclusive), peak and height."""
+
+    start: UtcTime
+    end: UtcTime
+    peak: UtcTime
+    height: float
+
+
+class LevelShiftOut(BaseModel):
+    """An abrupt level shift."""
+
+    at: UtcTime
+    delta: float
+
+
+class DecompositionOut(BaseModel):
+    """Periods, top primitives, bursts, level shifts and variance shares of a series."""
+
+    series_id: str
+    freq_s: int
+    periods: list[PeriodOut]
+    primitives: list[PrimitiveOut]
+    bursts: list[BurstOut]
+    level_shifts: list[LevelShiftOut]
+    variance_share: dict[str, float]
+
+
+# -- capacity -----------------------------------------------------------------------------------
+Reservation = Annotated[str, Field(max_length=256, pattern=r"^[^,]+,[^,]+,[^,]+,[^,]+$",
+                                   description="a known future job: SCOPE,START,END,GPUS",
+                                   examples=["vc-27a,2026-01-12T08:00,2026-01-12T20:00,8"])]
+
+
+class CapacityQuery(BaseModel):
+    """``GET /v1/capacity``: the plan of a cluster (what ``prism capacity`` prints)."""
+
+    cluster: Name
+    scope: Name | None = None
+    horizon: Horizon = "1d"
+    quantile: Quantile = 0.95
+    model: ModelAlias | None = None
+    param: list[Param] = Field(default_factory=list)
+    growth: float = Field(default=1.0, gt=0, le=100, description="demand growth factor")
+    reservation: list[Reservation] = Field(default_factory=list, max_length=1000,
+                                           description="known future jobs added on top")
+    watts_idle: float = Field(default=60.0, ge=0, le=10_000,
+                              description="watts an idle GPU draws")
+    watts_busy: float = Field(default=300.0, ge=0, le=10_000,
+                              description="watts a busy GPU draws")
+    steps: bool = Field(default=False, description="add the GPUs needed at each step")
+
+    @property
+    def params(self) -> dict[str, str]:
+        """The hyperparameters as ``{name: text}``."""
+        return _params(self.param)
+
+
+class CapacityStepOut(BaseModel):
+    """The GPUs one scope needs at the planning quantile in one step."""
+
+    ts: UtcTime
+    needed: float
+    mean: float
+    reserved: float
+    p_exceed: float | None = Field(description="probability that demand exceeds capacity")
+
+
+class CapacityRowOut(BaseModel):
+    """GPUs one scope needs over the window, against its capacity, and the advice."""
+
+    cluster: str
+    scope: str
+    series_id: str
+    model: str
+    start: UtcTime
+    end: UtcTime
+    quantile: float
+    gpus_needed: float = Field(description="peak over the window of the demand at the quantile")
+    mean_peak: float
+    demand_gpu_hours: float = Field(description="expected GPU-hours of demand")
+    reserved_gpu_hours: float = Field(description="GPU-hours the reservations add")
+    growth: float
+    capacity: float | None
+    capacity_source: str | None = Field(description="file, store (capacity-csv) or samples")
+    shortfall_gpu_hours: float | None = Field(description="expected GPU-hours above capacity")
+    queue_risk: float | None = Field(description="largest per-step probability that demand "
+                                     "exceeds capacity")
+    queue_hours: float | None = Field(description="expected hours with demand above capacity")
+    idle_gpu_hours: float | None = Field(description="expected GPU-hours of idle capacity")
+    idle_energy_kwh: float | None
+    busy_energy_kwh: float | None
+    action: Literal["add", "lend", "release", "release+lend", "keep", "unknown"]
+    add_gpus: int
+    lend_gpus: int
+    release_gpus: int
+    recommendation: str
+    steps: list[CapacityStepOut] | None = None
+
+
+class CapacityOut(BaseModel):
+    """The capacity table of a cluster."""
+
+    cluster: str
+    horizon: str
+    quantile: float
+    watts_idle: float
+    watts_busy: float
+    rows: list[CapacityRowOut]
+
+
+class ReportQuery(BaseModel):
+    """``GET /v1/reports/capacity``."""
+
+    cluster: Name | None = None
+    horizon: Horizon = "1d"
+    quantile: Quantile = 0.95
+    model: ModelAlias | None = None
+
+
+# -- ingest -------------------------------------------------------------------------------------
+class IngestQuery(BaseModel):
+    """``POST /v1/ingest``: the options of ``prism ingest``."""
+
+    format: str = Field(max_length=64, pattern=r"^[a-z][a-z0-9-]*$", examples=["jobs-csv"],
+                        description="an ingest format (`prism formats`)")
+    cluster: Name | None = None
+    scope: Name | None = None
+    tz: str | None = Field(default=None, max_length=64)
+    origin: str | None = Field(default=None, max_length=64)
+    time_col: str | None = Field(default=None, max_length=128)
+    freq: Horizon | None = Field(default=None, description="bucket size of the derived "
+                                 "series, e.g. 10min")
+    fill: Literal["auto", "hold", "zero", "linear"] | None = None
+    on_error: Literal["fail", "skip"] = "fail"
+    map: list[Param] = Field(default_factory=list, description="FIELD=COLUMN")
+    option: list[Param] = Field(default_factory=list, description="KEY=VALUE")
+    filename: str | None = Field(default=None, max_length=255,
+                                 description="name of a raw (non-multipart) upload; some "
+                                 "formats read the VC from it")
+
+
+class IngestRecords(BaseModel):
+    """JSON rows to ingest, with the columns of the format (e.g. ``series_id, ts, value``
+    for ``long-csv``)."""
+
+    records: list[dict[str, str | int | float | bool | None]] = Field(min_length=1)
+
+    @field_validator("records")
+    @classmethod
+    def _same_keys(cls, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        bad = [k for row in rows for k in row if not re.match(r"^[A-Za-z0-9_ .:-]{1,128}$", k)]
+        if bad:
+            raise ValueError(f"column name {bad[0]!r} is not usable; use letters, digits, "
+                             "'_', '-', '.', ':' or spaces")
+        return rows
+
+
+class IngestFileOut(BaseModel):
+    """What happened to one uploaded file."""
+
+    name: str
+    status: Literal["ingested", "unchanged"]
+    rows: int
+    rejected: int
+
+
+class IngestOut(BaseModel):
+    """What an ingest did."""
+
+    status: Literal["ingested", "unchanged"]
+    rows: int
+    rejected: int
+    files: list[IngestFileOut]
+    clusters: list[str]
+    series: int
+    changed_series: int = Field(description="series whose data changed (cache dropped)")
+    scored_points: int = Field(description="served forecast points scored against the "
+                               "new data (rolling error in /metrics)")

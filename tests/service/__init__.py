@@ -1,0 +1,1 @@
+"""Tests of the REST API, its forecast serving core and its client."""

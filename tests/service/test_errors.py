@@ -1,0 +1,127 @@
+"""Bad input gets its 4xx with a detail that says what is wrong and how to fix it."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import httpx
+from fastapi.testclient import TestClient
+
+from service.app import create_app
+from tests.service.conftest import SERIES, LiveServer, Trace, make_settings
+
+FIFTY_MB = 50 * 1024 * 1024
+
+
+def test_malformed_csv_upload_names_file_line_and_column(client: TestClient) -> None:
+    bad = ("job_id,cluster,scope,gpu_type,num_gpus,num_cpus,submit_ts,start_ts,end_ts,status\n"
+           "j1,lab,vc,V100,2,4,2026-01-05T00:00,2026-01-05T00:01,2026-01-05T01:00,DONE\n"
+           "j2,lab,vc,V100,two,4,2026-01-05T00:00,2026-01-05T00:01,2026-01-05T01:00,DONE\n")
+    response = client.post("/v1/ingest", params={"format": "jobs-csv"},
+                           files={"file": ("my jobs.csv", bad.encode())})
+    assert response.status_code == 422
+    detail = response.json()["detail"]
+    assert detail.startswith("my jobs.csv, line 3, column 'num_gpus'")
+    assert "Fix:" in detail
+    assert client.get("/v1/series", params={"cluster": "lab"}).json()["count"] == 0
+
+
+def test_garbage_and_empty_uploads_are_422(client: TestClient) -> None:
+    binary = client.post("/v1/ingest", params={"format": "jobs-csv"},
+                         content=b"\x00\xff\x10PK\x03\x04" * 100,
+                         headers={"Content-Type": "application/octet-stream"})
+    assert binary.status_code == 422 and binary.json()["detail"]
+    empty = client.post("/v1/ingest", params={"format": "jobs-csv"}, content=b"",
+                        headers={"Content-Type": "text/csv"})
+    assert empty.status_code == 422 and "nothing to ingest" in empty.json()["detail"]
+    unknown = client.post("/v1/ingest", params={"format": "jobs-xml"},
+                          files={"file": ("a.csv", b"a,b\n1,2\n")})
+    assert unknown.status_code == 422 and "jobs-csv" in unknown.json()["detail"]
+    records = client.post("/v1/ingest", params={"format": "long-csv"},
+                          json={"records": "not a list"})
+    assert records.status_code == 422
+    assert records.json()["detail"][0]["loc"] == ["body", "records"]
+
+
+def test_unknown_series_is_404_with_the_closest_ids(client: TestClient) -> None:
+    for path in ("/v1/forecast", "/v1/series/values", "/v1/decomposition"):
+        response = client.get(path, params={"series_id": "cluster-0/all/gpu_demnd"})
+        assert response.status_code == 404
+        assert "did you mean cluster-0/all/gpu_demand" in response.json()["detail"]
+    capacity = client.get("/v1/capacity", params={"cluster": "nowhere"})
+    assert capacity.status_code == 404 and "GET /v1/series" in capacity.json()["detail"]
+
+
+def test_negative_horizon_and_quantile_above_one_name_the_field(client: TestClient) -> None:
+    horizon = client.get("/v1/forecast", params={"series_id": SERIES, "horizon": "-1h"})
+    assert horizon.status_code == 422
+    [error] = horizon.json()["detail"]
+    assert error["loc"] == ["query", "horizon"]
+    assert "'-1h' is not a positive duration" in error["msg"] and "6h" in error["msg"]
+    quantile = client.get("/v1/forecast", params={"series_id": SERIES,
+                                                  "quantiles": "0.5,1.5"})
+    assert quantile.status_code == 422
+    [error] = quantile.json()["detail"]
+    assert error["loc"] == ["query", "quantiles"]
+    assert "between 0 and 1" in error["msg"] and "1.5" in error["msg"]
+    posted = client.post("/v1/forecast", json={"series_ids": [SERIES], "quantiles": [1.5]})
+    assert posted.status_code == 422
+    assert posted.json()["detail"][0]["loc"] == ["body", "quantiles", 0]
+    zero = client.get("/v1/forecast", params={"series_id": SERIES, "horizon": "0h"})
+    assert zero.status_code == 422
+
+
+def test_unknown_model_and_parameter_say_what_there_is(client: TestClient) -> None:
+    model = client.get("/v1/forecast", params={"series_id": SERIES, "model": "magic"})
+    assert model.status_code == 422 and "seasonal_naive" in model.json()["detail"]
+    param = client.get("/v1/forecast", params={"series_id": SERIES, "model": "seasonal_naive",
+                                               "param": "seasn=1d"})
+    assert param.status_code == 422 and "season" in param.json()["detail"]
+
+
+def test_fifty_megabyte_body_is_413(client: TestClient) -> None:
+    response = client.post("/v1/ingest", params={"format": "jobs-csv"},
+                           content=b"x" * FIFTY_MB, headers={"Content-Type": "text/csv"})
+    assert response.status_code == 413
+    assert "over the limit of 33,554,432 bytes" in response.json()["detail"]
+    assert "PRISM_MAX_BODY_BYTES" in response.json()["detail"]
+
+
+def test_chunked_body_over_the_limit_is_413(trace: Trace, tmp_path: Path) -> None:
+    settings = make_settings(trace, tmp_path, max_body_bytes=64 * 1024)
+
+    def chunks() -> object:
+        for _ in range(40):
+            yield b"y" * 4096  # no Content-Length: counted as it arrives
+
+    with TestClient(create_app(settings)) as client:
+        response = client.post("/v1/ingest", params={"format": "jobs-csv"},
+                               content=chunks(), headers={"Content-Type": "text/csv"})
+    assert response.status_code == 413
+
+
+def test_fifty_megabyte_body_over_real_http_is_413(live: LiveServer) -> None:
+    response = httpx.post(f"{live.url}/v1/ingest", params={"format": "jobs-csv"},
+                          content=b"x" * FIFTY_MB, headers={"Content-Type": "text/csv"},
+                          timeout=30)
+    assert response.status_code == 413
+    assert "over the limit" in response.json()["detail"]
+    assert httpx.get(f"{live.url}/healthz").status_code == 200
+
+
+def test_a_model_being_fitted_is_503_with_retry_after(trace: Trace, tmp_path: Path) -> None:
+    settings = make_settings(trace, tmp_path, fit_budget_s=0.0)
+    params = {"series_id": SERIES, "horizon": "1h", "model": "prism", "param": "use_rnn=false"}
+    with TestClient(create_app(settings)) as client:
+        response = client.get("/v1/forecast", params=params)
+        assert response.status_code == 503
+        assert int(response.headers["Retry-After"]) >= 1
+        assert "prism[use_rnn=false]" in response.json()["detail"]
+        assert "being fitted" in response.json()["detail"]
+        deadline = time.monotonic() + 60
+        while response.status_code == 503 and time.monotonic() < deadline:
+            time.sleep(0.1)
+            response = client.get("/v1/forecast", params=params)
+        assert response.status_code == 200
+        assert response.json()["model"] == "prism[use_rnn=false]"
