@@ -43,7 +43,7 @@ from evaluation.backtest import CUTOFF, MODEL, backtest, backtest_cutoffs
 from prism.errors import ConfigError, DataContractError
 from prism.forecasters import BaseForecaster
 from prism.forecasters.base import horizon_steps, quantile_column
-from prism.schema import SERIES_ID, TS, VALUE, validate_panel
+from prism.schema import SERIES_ID, TS, VALUE, parse_duration, validate_panel
 
 logger = logging.getLogger(__name__)
 
@@ -330,8 +330,8 @@ def _freq(panel: pd.DataFrame) -> pd.Timedelta:
 
 def _same(block: str, horizon: str | int) -> bool:
     try:
-        return bool(pd.Timedelta(str(block)) == pd.Timedelta(str(horizon)))
-    except ValueError:
+        return bool(parse_duration(str(block)) == parse_duration(str(horizon)))
+    except ConfigError:
         return str(block) == str(horizon)
 
 

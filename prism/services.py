@@ -744,7 +744,7 @@ def decomposition_summary(store: Store, series_id: str, *, top: int = 5) -> dict
 #: Demand metrics a capacity plan forecasts per scope, preferred first.
 DEMAND_METRICS = ("gpu_demand", "gpus_in_use")
 #: The history behind release-vs-lend advice and the report's charts.
-_RECENT = pd.Timedelta("7d")
+_RECENT = pd.Timedelta(days=7)
 #: Plans are capped at capacity only for GPUs in use (allocations cannot exceed what is
 #: installed; demand with a queue can).
 _ALLOCATED = "/gpus_in_use"
