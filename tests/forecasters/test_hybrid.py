@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 
+from prism.errors import ConfigError
 from prism.forecasters import get_forecaster
 from prism.forecasters.hybrid import PrismForecaster
 
@@ -91,3 +93,32 @@ def test_the_dictionary_is_learned_once_from_all_series() -> None:
         "c/vc0/gpus_in_use"]}))
     assert one.dictionary_ is not None
     assert not np.allclose(first.atoms_, one.dictionary_.atoms_)  # it saw other windows
+
+
+def test_the_first_hours_trust_the_recent_best_and_later_blocks_average() -> None:
+    # Three candidates whose recent MAE is 1, 1.05 and 2 at every step: up to the trim horizon
+    # (6 h) the one more than 1.1x worse than the best gets nothing; beyond it, all three are
+    # weighed by MAE^-1.
+    model = PrismForecaster(**NO_RNN, use_primitives=False).fit(
+        _panel({"c/all/gpus_in_use": _square_wave(14)}))
+    steps = 144
+    origins = np.arange(100, 120, dtype=np.int64)
+    target = origins[:, None] + np.arange(steps)[None, :]
+    errors = np.broadcast_to(np.array([1.0, 1.05, 2.0])[:, None, None],
+                             (3, len(origins), steps)).copy()
+    end = int(target.max()) + 1
+    weights = model._weights(errors, origins, target, end, model._block_edges(steps))
+    np.testing.assert_allclose(weights.sum(axis=0), 1.0)
+    early, late = weights[:, 35], weights[:, 36]  # the last step of 6 h, the first after
+    assert early[2] == 0.0
+    np.testing.assert_allclose(early[:2], np.array([1.0, 1 / 1.05]) / (1.0 + 1 / 1.05))
+    inverse = np.array([1.0, 1 / 1.05, 0.5])
+    np.testing.assert_allclose(late, inverse / inverse.sum())
+    # combiner_trim=inf turns trimming off everywhere
+    untrimmed = PrismForecaster(**NO_RNN, use_primitives=False, combiner_trim=float("inf")).fit(
+        _panel({"c/all/gpus_in_use": _square_wave(14)}))
+    weights = untrimmed._weights(errors, origins, target, end, model._block_edges(steps))
+    np.testing.assert_allclose(weights[:, 0], inverse / inverse.sum())
+    with pytest.raises(ConfigError, match="combiner_trim=0.5 must be at least 1"):
+        PrismForecaster(**NO_RNN, combiner_trim=0.5).fit(
+            _panel({"c/all/gpus_in_use": _square_wave(14)}))
