@@ -320,54 +320,60 @@ class PrismForecaster(BaseForecaster):
         target = origins[:, None] + np.arange(steps)[None, :]
         actual = history[np.minimum(target, len(history) - 1)]
         errors = np.abs(stacked - actual[None, :, :])  # valid where target < the origin e
-        edges = self._block_edges(steps)
-        position = {int(o): i for i, o in enumerate(origins)}
-        out = np.empty((len(ends), steps))
-        for row, e in enumerate(ends):
-            here = stacked[:, position[int(e)], :steps]
-            weights = self._weights(errors, origins, target, int(e), edges)
-            available = np.isfinite(here)
-            w = np.where(available, weights, 0.0)
-            total = w.sum(axis=0)
-            fallback = here[names.index("naive")]
-            combined = np.where(available, here, 0.0)
-            out[row] = np.where(total > 0, (w * combined).sum(axis=0) / np.where(
-                total > 0, total, 1.0), fallback)
-        return out
+        weights = self._weights(errors, origins, ends, self._block_edges(steps))  # (E, C, S)
+        here = stacked[:, np.searchsorted(origins, ends), :].transpose(1, 0, 2)  # (E, C, S)
+        available = np.isfinite(here)
+        w = np.where(available, weights, 0.0)
+        total = w.sum(axis=1)
+        combined = (w * np.where(available, here, 0.0)).sum(axis=1)
+        fallback = here[:, names.index("naive"), :]
+        return np.asarray(np.where(total > 0, combined / np.where(total > 0, total, 1.0),
+                                   fallback), dtype=np.float64)
 
-    def _weights(self, errors: FloatArray, origins: Ends, target: npt.NDArray[np.int64],
-                 end: int, edges: list[int]) -> FloatArray:
-        """``(candidates, steps)`` combination weights at origin ``end``."""
-        n_cand = errors.shape[0]
-        steps = edges[-1]
-        rows = (origins < end) & (origins >= end - self.combiner_steps_)
-        weights = np.full((n_cand, steps), 1.0 / n_cand)
-        if not rows.any():
-            return weights
-        seen = target[rows] < end  # (rows, steps): forecasts already scored at ``end``
-        err = errors[:, rows, :]
+    def _weights(self, errors: FloatArray, origins: Ends, ends: Ends,
+                 edges: list[int]) -> FloatArray:
+        """``(ends, candidates, steps)`` combination weights at each origin of ``ends``.
+
+        ``errors`` is ``(candidates, origins, steps)``: the absolute error of each candidate's
+        forecast from each origin at each step (NaN where a candidate has none). At an end
+        ``e`` the forecasts from the origins in ``[e - combiner_window, e)`` are scored on the
+        steps that happened before ``e`` (the first ``e - o`` steps of origin ``o``): one
+        block's sums come from cumulative sums over the steps, for every end at once.
+        """
+        n_cand, n_orig, steps = errors.shape
+        gaps = np.isnan(errors)
+        sums = np.zeros((n_cand, n_orig, steps + 1))
+        np.cumsum(np.where(gaps, 0.0, errors), axis=2, out=sums[:, :, 1:])
+        holes = np.zeros((n_cand, n_orig, steps + 1), dtype=np.int64)
+        np.cumsum(gaps, axis=2, out=holes[:, :, 1:])
+        lag = ends[:, None] - origins[None, :]  # (E, O)
+        inside = (lag > 0) & (lag <= self.combiner_steps_)
+        seen = np.where(inside, np.minimum(lag, steps), 0)  # steps of o scored at e
+        o_index = np.arange(n_orig)[None, :]
+        weights = np.full((len(ends), n_cand, steps), 1.0 / n_cand)
+        previous = np.full((len(ends), n_cand), np.nan)  # the last block's weights, per end
         lo = 0
-        previous: FloatArray | None = None
         for hi in edges:
-            mask = seen[:, lo:hi]
-            block = err[:, :, lo:hi]
-            count = mask.sum()
-            if count:
-                scored = np.where(mask[None], block, 0.0)
-                mae = np.sum(scored, axis=(1, 2)) / count  # NaN for a candidate with gaps
-                finite = np.isfinite(mae)
-                if finite.any():
-                    best = float(mae[finite].min())
-                    if hi <= self.combiner_trim_steps_:
-                        finite &= np.where(finite, mae, np.inf) <= self.combiner_trim * best
-                    if best > 0:
-                        w = np.where(finite, (np.where(finite, mae, 1.0) / best)
-                                     ** -self.combiner_power, 0.0)
-                    else:  # a perfect candidate takes the block
-                        w = (finite & (np.where(finite, mae, 1.0) == 0)).astype(np.float64)
-                    previous = w / w.sum()
-            if previous is not None:
-                weights[:, lo:hi] = previous[:, None]
+            stop = np.clip(seen, lo, hi)  # (E, O): steps lo..stop-1 of o are scored
+            count = (stop - lo).sum(axis=1)  # (E,)
+            total = (sums[:, o_index, stop] - sums[:, o_index, lo]).sum(axis=2)
+            missing = (holes[:, o_index, stop] - holes[:, o_index, lo]).sum(axis=2)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                mae = np.where(missing > 0, np.nan, total / np.maximum(count, 1)).T  # (E, C)
+            finite = np.isfinite(mae) & (count > 0)[:, None]
+            scored = finite.any(axis=1)
+            best = np.min(np.where(finite, mae, np.inf), axis=1, keepdims=True)
+            if hi <= self.combiner_trim_steps_ and np.isfinite(self.combiner_trim):
+                finite &= np.where(finite, mae, np.inf) <= self.combiner_trim * best
+            positive = best > 0
+            with np.errstate(divide="ignore", invalid="ignore"):
+                ratio = np.where(finite, mae, 1.0) / np.where(positive, best, 1.0)
+                w = np.where(positive, np.where(finite, ratio ** -self.combiner_power, 0.0),
+                             (finite & (np.where(finite, mae, 1.0) == 0)).astype(np.float64))
+            w = w / np.where(scored, w.sum(axis=1), 1.0)[:, None]
+            previous = np.where(scored[:, None], w, previous)
+            known = np.isfinite(previous[:, 0])
+            weights[known, :, lo:hi] = previous[known][:, :, None]
             lo = hi
         return weights
 

@@ -99,26 +99,47 @@ def test_the_first_hours_trust_the_recent_best_and_later_blocks_average() -> Non
     # Three candidates whose recent MAE is 1, 1.05 and 2 at every step: up to the trim horizon
     # (6 h) the one more than 1.1x worse than the best gets nothing; beyond it, all three are
     # weighed by MAE^-1.
-    model = PrismForecaster(**NO_RNN, use_primitives=False).fit(
-        _panel({"c/all/gpus_in_use": _square_wave(14)}))
+    panel = _panel({"c/all/gpus_in_use": _square_wave(14)})
+    model = PrismForecaster(**NO_RNN, use_primitives=False).fit(panel)
     steps = 144
     origins = np.arange(100, 120, dtype=np.int64)
-    target = origins[:, None] + np.arange(steps)[None, :]
+    end = np.array([int(origins.max()) + steps])
     errors = np.broadcast_to(np.array([1.0, 1.05, 2.0])[:, None, None],
                              (3, len(origins), steps)).copy()
-    end = int(target.max()) + 1
-    weights = model._weights(errors, origins, target, end, model._block_edges(steps))
+    weights = model._weights(errors, origins, end, model._block_edges(steps))[0]
     np.testing.assert_allclose(weights.sum(axis=0), 1.0)
     early, late = weights[:, 35], weights[:, 36]  # the last step of 6 h, the first after
     assert early[2] == 0.0
     np.testing.assert_allclose(early[:2], np.array([1.0, 1 / 1.05]) / (1.0 + 1 / 1.05))
     inverse = np.array([1.0, 1 / 1.05, 0.5])
     np.testing.assert_allclose(late, inverse / inverse.sum())
-    # combiner_trim=inf turns trimming off everywhere
-    untrimmed = PrismForecaster(**NO_RNN, use_primitives=False, combiner_trim=float("inf")).fit(
-        _panel({"c/all/gpus_in_use": _square_wave(14)}))
-    weights = untrimmed._weights(errors, origins, target, end, model._block_edges(steps))
+    # combiner_trim=inf turns trimming off everywhere; perfect candidates share a block
+    untrimmed = PrismForecaster(**NO_RNN, use_primitives=False,
+                                combiner_trim=float("inf")).fit(panel)
+    weights = untrimmed._weights(errors, origins, end, model._block_edges(steps))[0]
     np.testing.assert_allclose(weights[:, 0], inverse / inverse.sum())
+    errors[:2] = 0.0
+    for fitted in (model, untrimmed):
+        weights = fitted._weights(errors, origins, end, model._block_edges(steps))[0]
+        np.testing.assert_array_equal(weights[:, [0, 100]], [[0.5, 0.5], [0.5, 0.5], [0, 0]])
     with pytest.raises(ConfigError, match="combiner_trim=0.5 must be at least 1"):
-        PrismForecaster(**NO_RNN, combiner_trim=0.5).fit(
-            _panel({"c/all/gpus_in_use": _square_wave(14)}))
+        PrismForecaster(**NO_RNN, combiner_trim=0.5).fit(panel)
+
+
+def test_weights_score_only_what_happened_before_each_end() -> None:
+    # One origin; candidate 0 is exact for 3 steps then off by 10, candidate 1 off by 1
+    # throughout. At an end 2 steps after the origin only steps 0-1 are scored (candidate 0
+    # perfect: it takes the first block); with no origin in the window the weights are equal.
+    model = PrismForecaster(**NO_RNN, use_primitives=False, combiner_trim=float("inf")).fit(
+        _panel({"c/all/gpus_in_use": _square_wave(14)}))
+    errors = np.array([[[0.0, 0.0, 0.0, 10.0, 10.0, 10.0]], [[1.0] * 6]])
+    origins = np.array([50], dtype=np.int64)
+    edges = [1, 3, 6]
+    weights = model._weights(errors, origins, np.array([52, 56, 50, 50 + 10_000]), edges)
+    np.testing.assert_array_equal(weights[0][:, 0], [1.0, 0.0])  # step 0 seen: 0 vs 1
+    np.testing.assert_array_equal(weights[0][:, 2], [1.0, 0.0])  # block 1-2: step 1 seen only
+    np.testing.assert_array_equal(weights[0][:, 5], [1.0, 0.0])  # nothing seen: carried over
+    # at 56 all six steps are seen: block 3-5 has MAE 10 against 1
+    np.testing.assert_allclose(weights[1][:, 4], np.array([0.1, 1.0]) / 1.1)
+    np.testing.assert_array_equal(weights[2], np.full((2, 6), 0.5))  # origin not before end
+    np.testing.assert_array_equal(weights[3], np.full((2, 6), 0.5))  # origin out of window
