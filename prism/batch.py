@@ -43,7 +43,20 @@ the machine's load: a budget is a guard against runaway series, not part of the 
 **Tasks.** ``forecast``: fit on each series' whole history, forecast ``horizon``.
 ``backtest``: the rolling-origin backtest of :mod:`evaluation.backtest` (cutoffs as
 statsforecast's ``cross_validation`` places them, a refit at every cutoff), series too short
-for it skipped with the reason. Every batch forecast refits its models from the stored data.
+for it skipped with the reason. ``refit``: fit on each series' whole history and save the
+models, forecasting nothing. Every batch forecast refits its models from the stored data.
+
+**Saving the models** (``refit``, or ``forecast`` with ``models_dir``). The workers never write
+to the registry (a Ray worker may run on another machine): each returns its fitted models
+with its chunk's results, and the calling process saves them, one registry model per chunk
+(a :class:`~prism.registry.SeriesModels` holding the chunk's per-series models, under the
+run's alias and hyperparameters), as the chunk finishes. ``prism serve`` and ``prism forecast
+--from-model ALIAS`` then find the newest model of each series without refitting, and its
+forecasts are bit for bit those the batch computed. Only series whose fit succeeded are saved:
+a series that fell back (it raised or overran its budget) keeps its reason in
+``batch_series`` and is not saved, not even its seasonal naive fallback (a saved model stands
+for the run's model; serving fits one on demand for a series without). In a ``refit`` such a
+series is ``failed``, as nothing was forecast for it.
 """
 
 from __future__ import annotations
@@ -55,6 +68,7 @@ import multiprocessing
 import os
 import pickle
 import signal
+import tempfile
 import threading
 import time
 import uuid
@@ -83,6 +97,7 @@ from prism.forecasters.base import (
     quantile_column,
 )
 from prism.forecasters.baselines import NaiveForecaster, SeasonalNaiveForecaster
+from prism.registry import SeriesModels, save_model
 from prism.schema import SERIES_ID, TS, VALUE
 
 if TYPE_CHECKING:
@@ -90,7 +105,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-TASKS = ("forecast", "backtest")
+TASKS = ("forecast", "backtest", "refit")
 BACKENDS = ("local", "ray")
 #: At most this many series teach a global model its shared parts.
 DEFAULT_GLOBAL_SAMPLE = 256
@@ -130,13 +145,14 @@ class _Job:
     """What every worker needs for a run; shipped once per worker.
 
     Attributes:
-        task: ``forecast`` or ``backtest``.
+        task: ``forecast``, ``backtest`` or ``refit``.
         model: the unfitted forecaster (fitted per series when ``shared`` is empty).
         shared: a global model's shared parts, fitted: one for a forecast, one per window
             for a backtest.
         horizon, quantiles, windows, step: the run's settings.
         budget_s: the per-series time budget (``None``: none).
         fallback_season: the season of the seasonal naive fallback.
+        keep_models: return each series' fitted model with its outcome (to be saved).
     """
 
     task: str
@@ -148,17 +164,20 @@ class _Job:
     step: int | str | None
     budget_s: float | None
     fallback_season: str
+    keep_models: bool = False
 
 
 @dataclass(frozen=True)
 class _Outcome:
-    """What became of one series."""
+    """What became of one series (``model``: its fitted model, when the job keeps them; the
+    models of a chunk travel back in one pickle, so a global model's shared parts once)."""
 
     series_id: str
     status: str  # ok | fallback | skipped | failed
     reason: str | None
     seconds: float
     frame: pd.DataFrame | None
+    model: BaseForecaster | None = None
 
 
 @dataclass(frozen=True)
@@ -195,8 +214,9 @@ def _run_series(job: _Job, item: _Series) -> _Outcome:
     reason: str | None
     try:
         with _alarm(job.budget_s):
-            frame = _work(job, item, job.model, job.shared)
-        return _Outcome(item.series_id, "ok", None, time.perf_counter() - started, frame)
+            frame, fitted = _work(job, item, job.model, job.shared)
+        return _Outcome(item.series_id, "ok", None, time.perf_counter() - started, frame,
+                        fitted if job.keep_models else None)
     except _Skip as exc:
         return _Outcome(item.series_id, "skipped", str(exc), time.perf_counter() - started, None)
     except _BudgetExceeded:
@@ -207,20 +227,25 @@ def _run_series(job: _Job, item: _Series) -> _Outcome:
 
 
 def _fallback(job: _Job, item: _Series, reason: str, started: float) -> _Outcome:
-    """The seasonal naive fallback's result for a series, with the reason."""
+    """The seasonal naive fallback's result for a series, with the reason (a refit forecasts
+    nothing: the series is ``failed`` and not saved)."""
+    if job.task == "refit":
+        return _Outcome(item.series_id, "failed", f"{reason}; not saved",
+                        time.perf_counter() - started, None)
     fallback: BaseForecaster = SeasonalNaiveForecaster(season=job.fallback_season)
     try:
         try:
-            frame = _work(job, item, fallback, ())
+            frame, _ = _work(job, item, fallback, ())
         except DataContractError:  # shorter than a season
             fallback = NaiveForecaster()
-            frame = _work(job, item, fallback, ())
+            frame, _ = _work(job, item, fallback, ())
     except _Skip as exc:
         return _Outcome(item.series_id, "skipped", str(exc), time.perf_counter() - started, None)
     except Exception as exc:
         return _Outcome(item.series_id, "failed",
                         f"{reason}; the fallback failed too: {type(exc).__name__}: {exc}",
                         time.perf_counter() - started, None)
+    assert frame is not None  # a forecast or a backtest
     frame["model"] = job.model.alias  # the run's model, as the forecasters' own fallback does
     return _Outcome(item.series_id, "fallback", f"{reason}; forecast by {fallback.alias}",
                     time.perf_counter() - started, frame)
@@ -233,10 +258,14 @@ def _fitted(model: BaseForecaster, shared: tuple[BaseForecaster, ...], window: i
     return clone(model).fit(panel)
 
 
-def _work(job: _Job, item: _Series, model: BaseForecaster,
-          shared: tuple[BaseForecaster, ...]) -> pd.DataFrame:
-    if job.task == "forecast":
-        return _fitted(model, shared, 0, item.panel()).predict(job.horizon, job.quantiles)
+def _work(job: _Job, item: _Series, model: BaseForecaster, shared: tuple[BaseForecaster, ...]
+          ) -> tuple[pd.DataFrame | None, BaseForecaster | None]:
+    """A series' rows (none for a refit) and its fitted model (none for a backtest)."""
+    if job.task in ("forecast", "refit"):
+        fitted = _fitted(model, shared, 0, item.panel())
+        if job.task == "refit":
+            return None, fitted
+        return fitted.predict(job.horizon, job.quantiles), fitted
     n = len(item.values)
     if n < 2:
         raise DataContractError(f"series {item.series_id!r} has fewer than two points")
@@ -255,7 +284,7 @@ def _work(job: _Job, item: _Series, model: BaseForecaster,
         fc.insert(2, CUTOFF, item.ts[cut].astype("datetime64[ns]"))
         fc[VALUE] = item.values[cut + 1:cut + 1 + h]
         frames.append(fc)
-    return pd.concat(frames, ignore_index=True)
+    return pd.concat(frames, ignore_index=True), None
 
 
 def _horizon_and_step(freq_s: int, horizon: int | str, step: int | str | None) -> tuple[int, int]:
@@ -601,7 +630,7 @@ class BatchReport:
 
     Attributes:
         run_id: the run's key in ``batch_runs``, ``batch_series`` and ``batch_forecasts``.
-        task: ``forecast`` or ``backtest``.
+        task: ``forecast``, ``backtest`` or ``refit``.
         model: the forecaster's alias.
         backend: ``local`` or ``ray``.
         workers: worker processes (local) or tasks in flight (Ray).
@@ -612,6 +641,9 @@ class BatchReport:
         shared_seconds: time spent learning a global model's shared parts (0 otherwise).
         shared_series: series those were learned from.
         notes: ``(series_id, status, reason)`` of the first series that did not succeed.
+        saved: series whose fitted model was saved to the registry.
+        model_ids: the registry models they were saved as (one per chunk).
+        models_dir: the registry they were saved to (``None``: models were not kept).
     """
 
     run_id: str
@@ -629,20 +661,35 @@ class BatchReport:
     shared_seconds: float
     shared_series: int
     notes: tuple[tuple[str, str, str], ...]
+    saved: int = 0
+    model_ids: tuple[str, ...] = ()
+    models_dir: str | None = None
 
 
 class _Sink:
-    """Writes finished chunks to the store, one transaction each, and keeps the counts."""
+    """Writes finished chunks to the store, one transaction each, and keeps the counts;
+    saves a chunk's fitted models as one registry model (with ``models_dir``)."""
 
-    def __init__(self, store: Store, run_id: str, alias: str) -> None:
+    def __init__(self, store: Store, run_id: str, alias: str,
+                 models_dir: Path | None = None) -> None:
         self.store = store
         self.run_id = run_id
         self.alias = alias
+        self.models_dir = models_dir
         self.counts = {"ok": 0, "fallback": 0, "skipped": 0, "failed": 0}
         self.rows = 0
         self.notes: list[tuple[str, str, str]] = []
+        self.saved = 0
+        self.model_ids: list[str] = []
 
     def write(self, outcomes: Sequence[_Outcome]) -> None:
+        fitted = {o.series_id: o.model for o in outcomes
+                  if o.status == "ok" and o.model is not None}
+        if self.models_dir is not None and fitted:
+            # saved before the results are written: a run whose rows say "ok" has its models
+            record = save_model(SeriesModels.join(fitted), self.models_dir)
+            self.model_ids.append(record.model_id)
+            self.saved += len(fitted)
         frames = [o.frame for o in outcomes if o.frame is not None and len(o.frame)]
         table = _to_arrow(pd.concat(frames, ignore_index=True)) if frames else None
         series = pd.DataFrame({
@@ -830,7 +877,7 @@ def _shared_parts(model: BaseForecaster, panel: pd.DataFrame, task: str, *,
     if panel.empty:
         raise DataContractError(f"no series of the sample can teach {model.alias} (each needs "
                                 "two or more finite points)")
-    if task == "forecast":
+    if task != "backtest":
         return (clone(model).fit_shared(panel),)
     groups = {str(sid): g for sid, g in panel.groupby(SERIES_ID, sort=True)}
     cuts: dict[str, list[int]] = {}
@@ -870,17 +917,19 @@ def run_batch(
     global_sample: int = DEFAULT_GLOBAL_SAMPLE,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     fallback_season: str = "1d",
+    models_dir: str | Path | None = None,
     progress: Progress | None = None,
 ) -> BatchReport:
-    """Forecast or backtest many stored series on worker processes or Ray; see the module
-    docstring. Results stream into ``batch_forecasts``/``batch_series`` under a new run id.
+    """Forecast, backtest or refit many stored series on worker processes or Ray; see the
+    module docstring. Results stream into ``batch_forecasts``/``batch_series`` under a new run
+    id; fitted models (``refit``, or ``forecast`` with ``models_dir``) into the registry.
 
     Args:
         store: the store holding the series (results are written to it).
         model: an unfitted forecaster (its settings; it is never fitted itself).
         series_ids: the series (all when ``None``).
-        task: ``forecast`` or ``backtest``.
-        horizon: steps or a duration (``1d``).
+        task: ``forecast``, ``backtest`` or ``refit`` (fit and save, forecast nothing).
+        horizon: steps or a duration (``1d``; not used by a refit).
         quantiles: quantile levels.
         windows: backtest cutoffs per series.
         step: between backtest cutoffs (default: the horizon).
@@ -894,6 +943,8 @@ def run_batch(
         global_sample: at most this many series teach a global model its shared parts.
         chunk_size: series per task.
         fallback_season: the season of the seasonal naive fallback.
+        models_dir: the model registry to save the fitted models to, one model per chunk
+            (required by ``refit``; with ``forecast``: forecast and save).
         progress: called as ``progress(done, total)`` as series finish.
 
     Returns:
@@ -901,7 +952,8 @@ def run_batch(
 
     Raises:
         ConfigError: for a bad setting (task, backend, workers, budget, horizon, quantile),
-            or when Ray is missing or unreachable.
+            a refit without a registry, a backtest with one, a registry that cannot be
+            written, or when Ray is missing or unreachable.
         SeriesNotFound: for an unknown series.
         DataContractError: when a global model cannot learn its shared parts from the sample.
     """
@@ -916,6 +968,7 @@ def run_batch(
     if budget_s is not None and not budget_s > 0:
         raise ConfigError(f"the time budget must be a positive number of seconds; got "
                           f"{budget_s!r}")
+    registry_root = _registry_root(task, models_dir)
     qs = tuple(check_quantiles(quantiles))
     if series_ids:
         store.require_series(list(series_ids))
@@ -929,7 +982,7 @@ def run_batch(
     shared: tuple[BaseForecaster, ...] = ()
     sample: list[str] = []
     probe = store.load_panel_block(ids[:1])
-    if len(probe) > 1:  # a bad horizon fails here, not once per series
+    if len(probe) > 1 and task != "refit":  # a bad horizon fails here, not once per series
         freq_s = int((probe[TS].iloc[1] - probe[TS].iloc[0]).total_seconds())
         _horizon_and_step(freq_s, horizon, step)
     if model.global_model:
@@ -941,7 +994,7 @@ def run_batch(
     shared_seconds = time.perf_counter() - started if shared else 0.0
     job = _Job(task=task, model=clone(model), shared=shared, horizon=horizon, quantiles=qs,
                windows=int(windows), step=step, budget_s=budget_s,
-               fallback_season=fallback_season)
+               fallback_season=fallback_season, keep_models=registry_root is not None)
 
     run_id = f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
     runner = _make_backend(backend, job, workers=workers, ray_address=ray_address)
@@ -950,7 +1003,7 @@ def run_batch(
                                                                 default=str),
         horizon=str(horizon), quantiles=qs, windows=int(windows) if task == "backtest" else None,
         backend=backend, workers=runner.slots, n_series=len(ids))
-    sink = _Sink(store, run_id, model.alias)
+    sink = _Sink(store, run_id, model.alias, registry_root)
     status = "failed"
     try:
         _drive(runner, _read_chunks(store, ids, int(chunk_size)), job, sink, len(ids),
@@ -964,12 +1017,37 @@ def run_batch(
         store.finish_batch_run(run_id, status=status, seconds=time.perf_counter() - started)
     seconds = time.perf_counter() - started
     logger.info("batch %s: %d series in %.1f s (%s)", run_id, len(ids), seconds, sink.counts)
+    if registry_root is not None:
+        logger.info("batch %s: %d series saved as %d registry models in %s", run_id,
+                    sink.saved, len(sink.model_ids), registry_root)
     return BatchReport(
         run_id=run_id, task=task, model=model.alias, backend=backend, workers=runner.slots,
         n_series=len(ids), ok=sink.counts["ok"], fallback=sink.counts["fallback"],
         skipped=sink.counts["skipped"], failed=sink.counts["failed"], rows=sink.rows,
         seconds=seconds, shared_seconds=shared_seconds, shared_series=len(sample),
-        notes=tuple(sink.notes))
+        notes=tuple(sink.notes), saved=sink.saved, model_ids=tuple(sink.model_ids),
+        models_dir=None if registry_root is None else str(registry_root))
+
+
+def _registry_root(task: str, models_dir: str | Path | None) -> Path | None:
+    """The registry a run saves its models to (``None``: it keeps none), checked writable
+    before any work is done."""
+    if models_dir is None:
+        if task == "refit":
+            raise ConfigError("a refit saves the fitted models: pass the registry folder "
+                              "(--models-dir or PRISM_MODELS_DIR)")
+        return None
+    if task == "backtest":
+        raise ConfigError("a backtest fits a model per cutoff and saves none; drop --save")
+    root = Path(models_dir)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=root):
+            pass
+    except OSError as exc:
+        raise ConfigError(f"cannot write to the model registry {str(root)!r}: {exc}; pass a "
+                          "writable --models-dir (or PRISM_MODELS_DIR)") from exc
+    return root
 
 
 # -- reading runs back --------------------------------------------------------------------------

@@ -198,7 +198,9 @@ def _run_batch(args: argparse.Namespace, task: str, models: list[str],
             quantiles=_quantile_list(args.quantiles), windows=getattr(args, "windows", 1),
             step=getattr(args, "step", None), backend=args.backend or "local",
             workers=args.workers, ray_address=args.ray_address, budget_s=args.budget,
-            global_sample=args.global_sample, output=args.output, progress=progress,
+            global_sample=args.global_sample, output=args.output,
+            save=getattr(args, "save", False), models_dir=getattr(args, "models_dir", None),
+            progress=progress,
         )
     for report in result.reports:
         _out.print(
@@ -212,6 +214,10 @@ def _run_batch(args: argparse.Namespace, task: str, models: list[str],
         if hidden > 0:
             _err.print(f"note: {hidden:,} more in batch_series (run {report.run_id})",
                        markup=False)
+        if report.models_dir is not None:
+            _out.print(f"{report.saved:,} saved as {len(report.model_ids):,} registry models "
+                       f"in {report.models_dir} (prism serve and prism forecast --from-model "
+                       f"{report.model} use them)", markup=False)
     if result.output:
         _out.print(f"wrote {sum(r.rows for r in result.reports):,} rows to {result.output}")
     return result
@@ -221,9 +227,9 @@ def _cmd_forecast(args: argparse.Namespace) -> int:
     if not args.series_ids and not args.all and not args.from_model:
         raise ConfigError("name one or more series ids, or pass --all")
     if _batch_mode(args):
-        if args.save or args.from_model or args.reconcile:
-            raise ConfigError("--save, --from-model and --reconcile work on one in-memory model;"
-                              " drop them to run a batch (--backend/--workers/--budget)")
+        if args.from_model or args.reconcile:
+            raise ConfigError("--from-model and --reconcile work on one in-memory model; drop "
+                              "them to run a batch (--backend/--workers/--budget)")
         _run_batch(args, "forecast", [args.model], None if args.all else args.series_ids)
         return 0
     with _err.status(f"fitting {args.from_model or args.model} ...", spinner="dots"):
@@ -245,6 +251,15 @@ def _cmd_forecast(args: argparse.Namespace) -> int:
         _out.print(_table(frame, title=f"forecast ({frame['model'].iloc[0]})"))
     if result.model_id:
         _out.print(f"model {result.model_id}" + (" saved" if args.save else ""))
+    elif result.model_ids:
+        _out.print(f"{len(result.model_ids)} models: {', '.join(result.model_ids)}")
+    return 0
+
+
+def _cmd_refit(args: argparse.Namespace) -> int:
+    if not args.series_ids and not args.all:
+        raise ConfigError("name one or more series ids, or pass --all")
+    _run_batch(args, "refit", [args.model], None if args.all else args.series_ids)
     return 0
 
 
@@ -567,7 +582,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--param", action="append", metavar="NAME=VALUE",
                    help="a model hyperparameter, e.g. --param season=1w (repeatable)")
     p.add_argument("--output", help="FILE.csv, .parquet or .json (default: print a table)")
-    p.add_argument("--save", action="store_true", help="save the fitted model in the registry")
+    p.add_argument("--save", action="store_true", help="save the fitted model in the registry "
+                   "(in a batch: one registry model per chunk of series)")
     p.add_argument("--from-model", metavar="ID",
                    help="forecast with a saved model (an id, or an alias for its newest)")
     p.add_argument("--models-dir", type=Path, default=None,
@@ -577,6 +593,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar (batch)")
     _batch_flags(p)
     p.set_defaults(func=_cmd_forecast)
+
+    p = sub.add_parser("refit", help="fit a model on stored series in a batch and save it "
+                       "(one registry model per chunk), forecasting nothing")
+    p.add_argument("series_ids", nargs="*", help="series ids (or --all)")
+    p.add_argument("--all", action="store_true", help="every series in the store")
+    p.add_argument("--model", default="prism",
+                   help="a forecaster alias (default prism; see `prism models aliases`)")
+    p.add_argument("--param", action="append", metavar="NAME=VALUE",
+                   help="a model hyperparameter, e.g. --param season=1w (repeatable)")
+    p.add_argument("--models-dir", type=Path, default=None,
+                   help="the model registry (default: $PRISM_MODELS_DIR or ./models)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    _batch_flags(p)
+    p.set_defaults(func=_cmd_refit, save=True, horizon="1d", quantiles="0.5,0.9,0.99",
+                   output=None)
 
     p = sub.add_parser("backtest", help="rolling-origin backtest of models on stored series")
     p.add_argument("--models", default="prism,seasonal_naive",

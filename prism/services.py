@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from prism.capacity import CapacityPlan, Reservation, Watts
     from prism.config import Settings
     from prism.datasets import DownloadResult
+    from prism.forecasters.base import BaseForecaster
     from prism.generate import GeneratedTrace
     from prism.primitives.decompose import SeriesDecomposition
     from prism.serving import ForecastServer, IngestOutcome, ServedForecast
@@ -263,13 +264,16 @@ class ForecastResult:
 
     Attributes:
         frame: the forecast contract (``series_id, ts, model, mean, p..``).
-        model_id: the registry id of the model (saved now, or loaded), if any.
+        model_id: the registry id of the model (saved now, or loaded), if one model made it.
         fallback: series id -> why it was forecast by the fallback.
+        model_ids: every registry model it was made with (several when ``from_model`` is an
+            alias whose series are spread over models, as a batch refit saves them).
     """
 
     frame: pd.DataFrame
     model_id: str | None
     fallback: dict[str, str]
+    model_ids: tuple[str, ...] = ()
 
 
 def forecast_series(
@@ -296,8 +300,10 @@ def forecast_series(
         params: its hyperparameters as text (``season=1w``), parsed to the types of their
             defaults.
         save: save the fitted model in the registry.
-        from_model: a registry model id (or alias: the newest) to forecast with; it is
-            updated with the stored points that arrived after it was fitted.
+        from_model: a registry model id to forecast with, or an alias: each series is then
+            forecast by the newest model of that alias fitted on it (the series of those
+            models that are in the store when no series are named). The models are updated
+            with the stored points that arrived after they were fitted.
         models_dir: the registry (default ``PRISM_MODELS_DIR`` or ``./models``).
         reconcile: ``bottom_up`` or ``mint_shrink`` to make scope forecasts add up.
 
@@ -316,14 +322,10 @@ def forecast_series(
 
     root = Path(models_dir) if models_dir is not None else get_settings().models_dir
     model_id: str | None = None
+    model_ids: tuple[str, ...] = ()
     if from_model:
-        forecaster, record = registry.load_model(root, from_model)
-        model_id = record.model_id
-        wanted = list(series_ids) if series_ids else forecaster.series_ids_
-        unknown = [s for s in wanted if s not in forecaster.series_ids_]
-        if unknown:
-            raise ConfigError(f"model {model_id} was not fitted on {unknown[0]!r}; fit a new "
-                              "model on it (prism forecast --model ... --save)")
+        forecaster, wanted, model_ids = _saved_models(db, root, from_model, series_ids)
+        model_id = model_ids[0] if len(model_ids) == 1 else None
         fresh = load_panel(db, wanted)
         newer = fresh[fresh["ts"] > fresh["series_id"].map(forecaster.last_ts_)]
         if not newer.empty:
@@ -336,10 +338,55 @@ def forecast_series(
         frame = forecaster.predict(horizon, quantiles)
         if save:
             model_id = registry.save_model(forecaster, root).model_id
+            model_ids = (model_id,)
     if reconcile:
         frame = reconcile_frame(frame, method=reconcile,
                                 residuals=one_step_residuals(forecaster))
-    return ForecastResult(frame, model_id, dict(forecaster.fallback_))
+    return ForecastResult(frame, model_id, dict(forecaster.fallback_), model_ids)
+
+
+def _saved_models(db: str | Path, root: Path, name: str, series_ids: Sequence[str] | None
+                  ) -> tuple[BaseForecaster, list[str], tuple[str, ...]]:
+    """The saved model(s) that forecast the series: ``(forecaster, series, model ids)``.
+
+    ``name`` is a model id (that model), or an alias (for each series, the newest model of
+    the alias fitted on it, held together as one :class:`~prism.registry.SeriesModels` when
+    they are several).
+
+    Raises:
+        ConfigError: for an unknown model, or a series no model named by ``name`` holds.
+    """
+    from prism import registry
+
+    by_id = [r for r in registry.list_models(root) if r.model_id == name]
+    if by_id:
+        records = dict.fromkeys(by_id[0].series_ids, by_id[0])
+    else:
+        records = registry.newest_for_series(root, name)
+        if not records:
+            registry.find_model(root, name)  # raises, naming the models there are
+    if series_ids:
+        wanted = list(dict.fromkeys(series_ids))
+    elif by_id:
+        wanted = list(records)
+    else:  # an alias: its series that are still in the store
+        with open_store(db, must_exist=True) as store:
+            stored = set(store.list_series()[SERIES_ID].astype(str))
+        wanted = sorted(s for s in records if s in stored)
+        if not wanted:
+            raise ConfigError(f"none of the series of the {name} models in {str(root)!r} is "
+                              "in the store; name the series, or fit new models")
+    unknown = [s for s in wanted if s not in records]
+    if unknown:
+        what = f"model {name}" if by_id else f"no {name} model in {str(root)!r}"
+        raise ConfigError(f"{what} was not fitted on {unknown[0]!r}; fit a model on it "
+                          "(prism forecast --model ... --save, or prism refit)")
+    needed = {records[s].model_id: records[s] for s in wanted}
+    loaded = {mid: registry.load_model(root, mid)[0] for mid in needed}
+    if len(loaded) == 1:
+        return next(iter(loaded.values())), wanted, tuple(loaded)
+    held = registry.SeriesModels.join({s: loaded[records[s].model_id] for s in wanted})
+    return held, wanted, tuple(sorted(loaded))
 
 
 def _typed_params(alias: str, params: dict[str, str]) -> dict[str, object]:
@@ -406,19 +453,23 @@ def run_batch(
     budget_s: float | None = None,
     global_sample: int | None = None,
     output: str | Path | None = None,
+    save: bool = False,
+    models_dir: str | Path | None = None,
     progress: Callable[[str, int, int], None] | None = None,
 ) -> BatchResult:
-    """Forecast or backtest stored series on worker processes or a Ray cluster.
+    """Forecast, backtest or refit stored series on worker processes or a Ray cluster.
 
     Each model is one run of :func:`prism.batch.run_batch`: results stream into the store's
     ``batch_forecasts`` and ``batch_series`` tables under the run's id, then (with
-    ``output``) into the file, block by block, so memory stays flat however many series.
+    ``output``) into the file, block by block, so memory stays flat however many series. A
+    refit (or a forecast with ``save``) saves the fitted models in the registry, one model
+    per chunk of series, where ``prism serve`` and ``--from-model ALIAS`` find them.
 
     Args:
         db: the store.
         series_ids: series to work on (all when ``None``).
         models: forecaster aliases (one run each).
-        task: ``forecast`` or ``backtest``.
+        task: ``forecast``, ``backtest`` or ``refit`` (fit and save, forecast nothing).
         params: hyperparameters as text (``season=1w``), for a single model.
         horizon, quantiles, windows, step: as for ``prism forecast`` / ``prism backtest``.
         backend: ``local`` or ``ray``.
@@ -428,6 +479,8 @@ def run_batch(
             forecast by the seasonal naive fallback, with the reason recorded.
         global_sample: at most this many series teach a global model its shared parts.
         output: ``.csv``, ``.parquet`` or ``.json`` file for all runs.
+        save: save the fitted models of a forecast in the registry (a refit always does).
+        models_dir: the registry (default ``PRISM_MODELS_DIR`` or ``./models``).
         progress: called as ``progress(model, done, total)``.
 
     Returns:
@@ -438,6 +491,7 @@ def run_batch(
         SeriesNotFound: for an unknown series.
     """
     from prism import batch
+    from prism.config import get_settings
     from prism.forecasters import get_forecaster
 
     if not models:
@@ -449,6 +503,9 @@ def run_batch(
                              or not path.parent.exists()):
         write_frame(pd.DataFrame(), path)  # raises the error that names the fix
     forecasters = [get_forecaster(m, **_typed_params(m, params or {})) for m in models]
+    root: Path | None = None
+    if save or task == "refit":
+        root = Path(models_dir) if models_dir is not None else get_settings().models_dir
     reports = []
     with open_store(db, must_exist=True) as store:
         for forecaster in forecasters:
@@ -456,7 +513,7 @@ def run_batch(
                 store, forecaster, series_ids, task=task, horizon=horizon,
                 quantiles=quantiles, windows=windows, step=step, backend=backend,
                 workers=workers, ray_address=ray_address, budget_s=budget_s,
-                global_sample=global_sample or batch.DEFAULT_GLOBAL_SAMPLE,
+                global_sample=global_sample or batch.DEFAULT_GLOBAL_SAMPLE, models_dir=root,
                 progress=_stage(progress, forecaster.alias),
             ))
         if path is not None:

@@ -5,8 +5,9 @@ S with model M over horizon H at quantiles Q" quickly and consistently:
 
 - **Models.** The model of ``(series, model)`` is, in order: one already in memory; the newest
   model of the same alias and hyperparameters in the registry (``models/``) that was fitted on
-  the series (one fitted by ``prism forecast --all --save`` serves all its series); or a new
-  one, fitted on demand on the series alone and saved to the registry, so a restart reuses it.
+  the series (one fitted by ``prism forecast --all --save`` serves all its series; ``prism
+  refit`` saves one per chunk of series); or a new one, fitted on demand on the series alone
+  and saved to the registry, so a restart reuses it.
   ``model`` is an alias plus hyperparameters; its key reads ``prism`` for the defaults, or
   ``prism[use_rnn=false]``.
 - **Data watermark.** Each series' watermark is its last timestamp and a checksum of all its

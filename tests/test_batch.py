@@ -369,7 +369,8 @@ def test_cli_batch_forecast_and_backtest(tmp_path: Path, db: tuple[str, pd.DataF
 def test_cli_batch_errors_name_the_fix(db: tuple[str, pd.DataFrame],
                                        capsys: pytest.CaptureFixture[str]) -> None:
     path, _ = db
-    assert main(["--db", path, "forecast", "--all", "--workers", "2", "--save"]) == 1
+    assert main(["--db", path, "forecast", "--all", "--workers", "2", "--reconcile",
+                 "bottom_up"]) == 1
     assert "drop them to run a batch" in capsys.readouterr().err
     assert main(["--db", path, "forecast", "--all", "--workers", "0", "-q"]) == 1
     assert "workers must be a whole number >= 1" in capsys.readouterr().err
