@@ -291,7 +291,9 @@ class ForecastServer:
             self._set_catalogue(cur.series_watermarks(), clusters=None)
         self._index_registry()
         self._threads = [threading.Thread(target=self._write_cache_rows, daemon=True,
-                                          name="prism-cache-writer")]
+                                          name="prism-cache-writer"),
+                         threading.Thread(target=self._warm_up, daemon=True,
+                                          name="prism-warm-up")]
         if self._refit_s:
             self._threads.append(threading.Thread(target=self._refit_schedule, daemon=True,
                                                   name="prism-refit"))
@@ -301,6 +303,29 @@ class ForecastServer:
         logger.info("serving %d series; %d registry entries", len(self._catalogue),
                     len(self._index))
         return self
+
+    def _warm_up(self) -> None:
+        """Fit the default model once on a small synthetic series, off the request path.
+
+        The first fit in a process imports torch, scikit-learn and scipy and sets torch up
+        (about 2 s here); without this the first request for a series without a saved model
+        would pay that on top of its fit and exceed the fit budget.
+        """
+        started = time.perf_counter()
+        try:
+            steps = 144 * 4
+            t = np.arange(steps)
+            panel = pd.DataFrame({
+                SERIES_ID: "warm-up/all/gpus_in_use",
+                TS: pd.date_range("2026-01-05", periods=steps, freq="10min"),
+                VALUE: 40.0 + 20.0 * np.sin(2 * np.pi * t / 144) + (t % 37 == 0) * 10.0,
+            })
+            get_forecaster(self._default_model).fit(panel).predict(6, (0.5, 0.9))
+        except Exception as exc:  # a warm-up must never take the server down
+            logger.warning("warm-up fit of %s failed (%s: %s); the first fit will be slower",
+                           self._default_model, type(exc).__name__, exc)
+            return
+        logger.info("warmed up %s in %.1f s", self._default_model, time.perf_counter() - started)
 
     def close(self) -> None:
         """Stop the background threads (running jobs finish; waiting ones are dropped)."""

@@ -216,3 +216,36 @@ def test_a_version_1_store_is_upgraded(tmp_path: Path) -> None:
         assert store.schema_version == SCHEMA_VERSION == 2
         tables = {r[0] for r in store.fetch_all("SELECT table_name FROM duckdb_tables()")}
     assert {"forecast_cache", "forecast_errors", "series"} <= tables
+
+
+def _warm_up_thread(server: ForecastServer) -> None:
+    for thread in server._threads:
+        if thread.name == "prism-warm-up":
+            thread.join(timeout=60)
+            assert not thread.is_alive()
+
+
+def test_start_warms_the_default_model_up_off_the_request_path(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The first fit in a process pays the imports; the server does one on a synthetic series
+    # when it starts, logs it, and a warm-up that fails only logs why.
+    with caplog.at_level("INFO", logger="prism.serving"), Store.open(
+            tmp_path / "s.duckdb") as store:
+        server = ForecastServer(store, models_dir=tmp_path / "models",
+                                default_model="seasonal_naive").start()
+        _warm_up_thread(server)
+        assert any("warmed up seasonal_naive" in r.getMessage() for r in caplog.records)
+        server.close()
+
+        def broken(alias: str, **params: object) -> None:
+            raise RuntimeError("no torch today")
+
+        monkeypatch.setattr("prism.serving.get_forecaster", broken)
+        server = ForecastServer(store, models_dir=tmp_path / "models",
+                                default_model="seasonal_naive").start()
+        _warm_up_thread(server)
+        assert server.ready
+        assert any(r.levelname == "WARNING" and "no torch today" in r.getMessage()
+                   for r in caplog.records)
+        server.close()
