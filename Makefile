@@ -8,7 +8,7 @@ DB     ?= $(DEMO)/prism.duckdb
 PORT   ?= 8000
 SERVE  ?= 1
 
-.PHONY: install run test lint typecheck chromium bench clean
+.PHONY: install run test lint typecheck chromium bench bench-accuracy clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -32,6 +32,8 @@ run: $(STAMP)
 		--models-dir $(DEMO)/models --horizon 6h --quantiles 0.5,0.9,0.99
 	$(BIN)/prism --db $(DB) backtest --models prism,naive,seasonal_naive \
 		--series cluster-0/all/gpu_demand --horizon 1d --windows 3 --summary
+	$(BIN)/prism --db $(DB) capacity --cluster cluster-0 --horizon 1d --quantile 0.95
+	$(BIN)/prism --db $(DB) report --cluster cluster-0 --output $(DEMO)/report.html
 	@echo ""
 	@echo "The REST API serves this store and the models saved above; Ctrl-C stops it"
 	@echo "(make run SERVE=0 stops here instead). From another terminal:"
@@ -75,5 +77,13 @@ test: lint typecheck chromium
 bench: $(STAMP)
 	$(BIN)/python -m evaluation.benchmarks.ingest
 
+# The accuracy benchmark needs statsforecast (the `bench` extra), which needs pandas < 3: it
+# gets its own venv so that .venv keeps what a fresh install gets. About an hour on 2 cores.
+bench-accuracy: pyproject.toml
+	test -x .venv-bench/bin/python || $(PYTHON) -m venv .venv-bench
+	.venv-bench/bin/python -m pip install --quiet --upgrade pip
+	.venv-bench/bin/python -m pip install --quiet -e '.[dev,bench]'
+	.venv-bench/bin/python -m evaluation.benchmarks.accuracy
+
 clean:
-	rm -rf $(VENV) build .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .venv-bench build .pytest_cache .mypy_cache .ruff_cache
