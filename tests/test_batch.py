@@ -7,6 +7,7 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -59,14 +60,33 @@ def fill_store(store: Store, panel: pd.DataFrame) -> None:
                                              "first_ts", "last_ts", "n_points"])
 
 
+@contextmanager
+def panel_store(n: int) -> Iterator[tuple[Store, pd.DataFrame]]:
+    """An in-memory store with ``n`` synthetic series of 3 days, and their panel."""
+    panel = synthetic_panel(n)
+    store = Store.open(":memory:")
+    try:
+        fill_store(store, panel)
+        yield store, panel
+    finally:
+        store.close()
+
+
+def require_ray() -> Any:
+    """The ``ray`` module; ``make test`` installs it (the ``distributed`` extra), so a missing
+    one fails rather than skipping the backend's tests."""
+    try:
+        import ray
+    except ImportError:
+        pytest.fail("ray is not installed: pip install -e '.[distributed]' (make test does)")
+    return ray
+
+
 @pytest.fixture
 def small() -> Iterator[tuple[Store, pd.DataFrame]]:
     """An in-memory store with 8 series of 3 days."""
-    panel = synthetic_panel(8)
-    store = Store.open(":memory:")
-    fill_store(store, panel)
-    yield store, panel
-    store.close()
+    with panel_store(8) as out:
+        yield out
 
 
 # -- the hook: shared parts once, each series against them --------------------------------------
@@ -190,7 +210,7 @@ def test_batch_backtest_matches_evaluation_backtest(small: tuple[Store, pd.DataF
 
 @pytest.mark.slow
 def test_ray_cluster_matches_the_local_backend_exactly(tmp_path: Path) -> None:
-    ray = pytest.importorskip("ray")
+    ray = require_ray()
     store = Store.open(str(tmp_path / "prism.duckdb"))
     fill_store(store, synthetic_panel(50, days=2.5))
     model = get_forecaster("prism", **PRISM_SMALL)

@@ -26,6 +26,8 @@ from tests.test_batch import (
     TroubleForecaster,
     _trouble_store,
     fill_store,
+    panel_store,
+    require_ray,
     synthetic_panel,
 )
 
@@ -33,11 +35,8 @@ from tests.test_batch import (
 @pytest.fixture
 def small() -> Iterator[tuple[Store, pd.DataFrame]]:
     """An in-memory store with 7 series of 3 days."""
-    panel = synthetic_panel(7)
-    store = Store.open(":memory:")
-    fill_store(store, panel)
-    yield store, panel
-    store.close()
+    with panel_store(7) as out:
+        yield out
 
 
 def _json_params(model: Any) -> dict[str, Any]:
@@ -287,7 +286,7 @@ def test_serving_finds_the_chunk_model_of_a_series(
 
 @pytest.mark.slow
 def test_ray_saves_models_that_forecast_as_the_local_ones(tmp_path: Path) -> None:
-    ray = pytest.importorskip("ray")
+    ray = require_ray()
     store = Store.open(str(tmp_path / "prism.duckdb"))
     fill_store(store, synthetic_panel(12, days=2.5))
     model = get_forecaster("prism", **PRISM_SMALL)

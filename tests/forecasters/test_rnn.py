@@ -217,7 +217,8 @@ def test_auto_device_resolves_in_fit() -> None:
 @pytest.mark.gpu
 def test_fits_and_forecasts_on_cuda() -> None:
     if not torch.cuda.is_available():
-        pytest.skip("no CUDA device: torch.cuda.is_available() is False on this machine")
+        pytest.skip("no CUDA device here (torch.cuda.is_available() is False): the CUDA path "
+                    "runs on a GPU machine with `pytest -m gpu`; the CPU path is tested above")
     panel = _panel()
     first = GruForecaster(**TINY, device="cuda").fit(panel)
     assert first.regressor_.device_ == "cuda"
