@@ -432,16 +432,10 @@ class ForecastServer:
             deadline = time.monotonic() + self._budget
         loaded = self._ready_model(series_id, spec, deadline)
         forecaster = loaded.forecaster
-        version = f"{loaded.model_id}.v{forecaster.version_}"
-        watermark = loaded.synced[series_id]
-        qtext = ",".join(f"{q:g}" for q in qs)
-        key = (series_id, spec.key, version, watermark, steps, qtext)
-        with self._lock:
-            hit = self._memory.get(key)
-            if hit is not None:
-                self._memory.move_to_end(key)
+        key = self._cache_key(series_id, spec, loaded, steps, qs)
+        version, watermark = key[2], key[3]
+        hit = self._memory_hit(key, spec)
         if hit is not None:
-            self._cache_counter.labels(spec.alias, "hit_memory").inc()
             return hit
         with self._cursor() as cur:
             payload = cur.cached_forecast(*key)
@@ -494,9 +488,19 @@ class ForecastServer:
         loaded = self._ready(series_id, spec)
         if loaded is None:
             return None
+        return self._memory_hit(self._cache_key(series_id, spec, loaded, steps, qs), spec)
+
+    @staticmethod
+    def _cache_key(series_id: str, spec: ModelSpec, loaded: _Loaded, steps: int,
+                   qs: tuple[float, ...]) -> tuple[str, str, str, str, int, str]:
+        """``(series, model key, model version, watermark, steps, quantiles)``: what a cached
+        forecast is stored under, in memory and in ``forecast_cache``."""
         version = f"{loaded.model_id}.v{loaded.forecaster.version_}"
-        key = (series_id, spec.key, version, loaded.synced[series_id], steps,
-               ",".join(f"{q:g}" for q in qs))
+        return (series_id, spec.key, version, loaded.synced[series_id], steps,
+                ",".join(f"{q:g}" for q in qs))
+
+    def _memory_hit(self, key: tuple[Any, ...], spec: ModelSpec) -> ServedForecast | None:
+        """The forecast under ``key`` in the in-memory LRU (marked recently used), counted."""
         with self._lock:
             hit = self._memory.get(key)
             if hit is not None:
