@@ -234,17 +234,15 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING)
     if args.merge:  # a model's rows from a later folder replace an earlier folder's
         key = ["dataset", "horizon", "model"]
-        tables = [pd.read_csv(d / "accuracy.csv") for d in args.merge]
-        runs = [pd.read_csv(d / "accuracy_windows.csv") for d in args.merge]
-        for i in range(len(tables)):
-            later = pd.concat(tables[i + 1:])[key].drop_duplicates() if i + 1 < len(
-                tables) else pd.DataFrame(columns=key)
-            keep = tables[i].merge(later, on=key, how="left", indicator=True)["_merge"]
-            tables[i] = tables[i][(keep == "left_only").to_numpy()]
-            keep = runs[i].merge(later, on=key, how="left", indicator=True)["_merge"]
-            runs[i] = runs[i][(keep == "left_only").to_numpy()]
-        _write(pd.concat(tables, ignore_index=True), pd.concat(runs, ignore_index=True),
-               args.output, f"{len(args.merge)} runs merged", args.windows)
+        table = pd.concat([pd.read_csv(d / "accuracy.csv").assign(run=i)
+                           for i, d in enumerate(args.merge)], ignore_index=True)
+        table = table.drop_duplicates(key, keep="last")
+        per_window = pd.concat([pd.read_csv(d / "accuracy_windows.csv").assign(run=i)
+                                for i, d in enumerate(args.merge)], ignore_index=True)
+        per_window = per_window.merge(table[[*key, "run"]], on=[*key, "run"])
+        _write(table.drop(columns="run").reset_index(drop=True),
+               per_window.drop(columns="run"), args.output,
+               f"{len(args.merge)} runs merged", args.windows)
         return 0
     names = [d.strip() for d in args.datasets.split(",") if d.strip()]
     model_names = [m.strip() for m in args.models.split(",") if m.strip()]
