@@ -27,6 +27,12 @@ class NotFittedError(PrismError):
     """A model was asked to predict before it was fitted."""
 
 
+class FileScanError(PrismError):
+    """DuckDB's own reader could not take a file as declared (a value that does not parse, a
+    short row, a truncated gzip). The store's transaction is aborted: the ingest rolls back and
+    reads the file again with the checked reader, which names the row."""
+
+
 class IngestError(PrismError):
     """Input that cannot be ingested, located as precisely as the format allows.
 

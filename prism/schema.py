@@ -6,7 +6,9 @@ Every module uses these constants; columns are renamed once, at ingestion.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import pandas as pd
@@ -40,6 +42,36 @@ EARLIEST_TS = pd.Timestamp("1970-01-01")
 LATEST_TS = pd.Timestamp("2100-01-01")
 #: The most buckets one series may have; more means the frequency is too fine for the span.
 MAX_BUCKETS = 2_000_000
+
+#: How a column of a :class:`FileScan` is read: parsed as text, a number or a time.
+ScanType = Literal["text", "number", "time"]
+
+
+@dataclass(frozen=True)
+class FileScan:
+    """A file that the store reads itself (DuckDB's CSV or Parquet reader) into a canonical
+    table, with no Python between the bytes and the rows: the fast path of clean files.
+
+    The file's columns are addressed by position, never by name, so nothing from the file goes
+    into SQL text. Text is stored with empty strings as NULL; numbers as DOUBLE; times as UTC
+    (a zone suffix such as ``Z`` or ``+02:00`` is honoured, naive times are UTC).
+
+    Attributes:
+        path: the file (``.csv``, ``.csv.gz`` or ``.parquet``).
+        file_format: ``csv`` (header row, comma, double quotes) or ``parquet``.
+        column_types: how each of the file's columns is read, in file order.
+        fields: canonical column -> index of the file column that fills it.
+        constants: canonical column -> a value for every row.
+        rows_hint: the rows expected (for progress; 0 when unknown).
+    """
+
+    path: Path
+    file_format: Literal["csv", "parquet"]
+    column_types: tuple[ScanType, ...]
+    fields: dict[str, int] = field(default_factory=dict)
+    constants: dict[str, str] = field(default_factory=dict)
+    rows_hint: int = 0
+
 
 #: The cluster-wide scope.
 ALL_SCOPE = "all"

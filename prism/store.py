@@ -11,7 +11,7 @@ import contextlib
 import difflib
 import logging
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,8 @@ import pandas as pd
 import pyarrow as pa
 
 from prism.config import get_settings
-from prism.errors import ConfigError, PrismError, SeriesNotFound
+from prism.errors import ConfigError, FileScanError, PrismError, SeriesNotFound
+from prism.schema import FileScan
 
 logger = logging.getLogger(__name__)
 
@@ -96,6 +97,13 @@ class Store:
         self._conn = connection
         self._lock = threading.RLock()
         self._in_transaction = False
+        # Stored times are UTC: DuckDB reads naive times of a TIMESTAMPTZ column (FileScan) and
+        # prints now() in the session's zone, which is the machine's unless set.
+        try:
+            self._conn.execute("SET TimeZone = 'UTC'")
+            self._utc = True
+        except duckdb.Error:  # no ICU extension: insert_file then declines files with times
+            self._utc = False
         if init_schema:
             self._init_schema()
 
@@ -208,9 +216,74 @@ class Store:
                 self._conn.unregister(view)
         return len(frame) if isinstance(frame, pd.DataFrame) else frame.num_rows
 
+    def insert_file(
+        self,
+        table: str,
+        scan: FileScan,
+        columns: Sequence[str],
+        constants: dict[str, Any] | None = None,
+        progress: Callable[[float], None] | None = None,
+    ) -> int:
+        """Append the rows of a file to ``table`` with DuckDB's own reader (parallel, no Python
+        per row): the fast path of clean files.
+
+        Args:
+            table: a canonical table.
+            scan: the file and how its columns map onto ``columns``.
+            columns: the table's columns to fill; those ``scan`` does not name are NULL.
+            constants: column -> value set on every row (bound as parameters).
+            progress: called with the fraction of the file read, about 5 times a second.
+
+        Returns:
+            The number of rows inserted.
+
+        Raises:
+            FileScanError: when DuckDB cannot read the file as ``scan`` declares it. DuckDB has
+                then aborted the open transaction: the caller must roll it back.
+        """
+        if table not in _INSERTABLE:
+            raise PrismError(f"insert_file into unknown table {table!r}")
+        if not self._utc and "time" in scan.column_types:
+            raise FileScanError(f"{scan.path}: DuckDB cannot read times in UTC here (no ICU)")
+        values = {**(constants or {}), **scan.constants}
+        targets: list[str] = []
+        exprs: list[str] = []
+        params: list[Any] = []
+        for name in dict.fromkeys([*(constants or {}), *columns]):
+            if name in values:
+                exprs.append("?")
+                params.append(values[name])
+            elif name in scan.fields:
+                i = scan.fields[name]
+                exprs.append(_SCAN_EXPR[scan.column_types[i]].format(f"c{i}"))
+            else:
+                continue
+            targets.append(f'"{name}"')
+        aliases = [f"c{i}" for i in range(len(scan.column_types))]
+        if scan.file_format == "csv":
+            source = ("read_csv(?, header = true, auto_detect = false, delim = ',', "
+                      "quote = '\"', escape = '\"', columns = ?)")
+            params += [str(scan.path),
+                       {a: _SCAN_TYPE[t] for a, t in zip(aliases, scan.column_types, strict=True)}]
+        else:
+            source = f"read_parquet(?) AS scan({', '.join(aliases)})"
+            params.append(str(scan.path))
+        sql = f"INSERT INTO {table} ({', '.join(targets)}) SELECT {', '.join(exprs)} FROM {source}"
+        with self._lock, _polling(self._conn, progress):
+            try:
+                row = self._conn.execute(sql, params).fetchone()
+            except duckdb.Error as exc:
+                raise FileScanError(f"{scan.path}: {str(exc).splitlines()[0]}") from exc
+        return int(row[0]) if row else 0
+
     def _settle(self) -> None:
         # DuckDB refuses register() while a result of an earlier execute() is unread.
         self._conn.complete()
+
+    @property
+    def in_transaction(self) -> bool:
+        """Whether a :meth:`transaction` is open on this store."""
+        return self._in_transaction
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Store]:
@@ -585,5 +658,46 @@ class Store:
 
 _BATCH_FORECAST_COLUMNS = ("series_id", "cutoff", "ts", "model", "mean", "quantiles", "value")
 _BATCH_SERIES_COLUMNS = ("series_id", "status", "fallback_reason", "seconds", "n_rows")
+#: How FileScan columns are read (CSV) and converted (both formats) into canonical columns.
+_SCAN_TYPE = {"text": "VARCHAR", "number": "DOUBLE", "time": "TIMESTAMPTZ"}
+_SCAN_EXPR = {
+    "text": "nullif(CAST({0} AS VARCHAR), '')",
+    "number": "CAST({0} AS DOUBLE)",
+    "time": "timezone('UTC', CAST({0} AS TIMESTAMPTZ))",
+}
+
+
+@contextlib.contextmanager
+def _polling(
+    conn: duckdb.DuckDBPyConnection, progress: Callable[[float], None] | None
+) -> Iterator[None]:
+    """Report the progress of the query run inside, from a thread that polls DuckDB."""
+    if progress is None:
+        yield
+        return
+    conn.execute("SET enable_progress_bar = true")
+    conn.execute("SET enable_progress_bar_print = false")
+    conn.execute("SET progress_bar_time = 0")
+    done = threading.Event()
+
+    def poll() -> None:
+        while not done.wait(0.2):
+            value = conn.query_progress()
+            if value >= 0:
+                progress(min(value, 100.0) / 100.0)
+
+    thread = threading.Thread(target=poll, name="prism-scan-progress", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+        with contextlib.suppress(duckdb.Error):  # an aborted transaction refuses SET
+            conn.execute("RESET enable_progress_bar")
+            conn.execute("RESET enable_progress_bar_print")
+            conn.execute("RESET progress_bar_time")
+
+
 _INSERTABLE = {"jobs", "samples", "capacity", "rejects", "series_values", "series", "ingests",
                "forecast_errors", "batch_forecasts", "batch_series"}

@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 
 from prism.errors import IngestError
 from prism.ingest.timeparse import check_tz, locate_malformed_row, parse_local_times
-from prism.schema import EARLIEST_TS, JOB_COLUMNS, LATEST_TS
+from prism.schema import EARLIEST_TS, JOB_COLUMNS, LATEST_TS, FileScan
 
 Kind = Literal["jobs", "samples", "capacity"]
 LINE = "_line"
@@ -154,6 +154,13 @@ class Adapter:
         :meth:`read` after all (the pipeline then drops what it inserted and calls it)."""
         return None
 
+    def native(self, path: Path, options: IngestOptions) -> FileScan | None:
+        """How the store can read ``path`` itself (DuckDB's reader) into canonical ``jobs``
+        rows, the fastest path; ``None`` when the adapter (or this file) has none. The
+        pipeline checks the rows in SQL afterwards and falls back to :meth:`stream` and
+        :meth:`read` when the file does not parse or a row fails a check."""
+        return None
+
     def read(self, path: Path, options: IngestOptions) -> Batch:
         """Read ``path`` into a batch of canonical rows.
 
@@ -225,6 +232,36 @@ class SlowPath(Exception):  # noqa: N818 - a signal, not an error users see
 
 #: Rows per chunk of a streamed ingest: bounded memory, big enough for fast inserts.
 STREAM_BLOCK_BYTES = 64 << 20
+
+
+def file_columns(path: Path) -> tuple[Literal["csv", "parquet"], list[str], int] | None:
+    """The format, column names and expected row count (0 when unknown) of a CSV (plain or
+    ``.gz``) or Parquet file, from its header or metadata; ``None`` when that cannot be read.
+
+    The CSV header is split on commas as it is: a quoted header gives names that match no
+    column, so such a file takes the checked path, which parses quotes.
+    """
+    if _is_parquet(path):
+        try:
+            meta = pq.ParquetFile(path)
+            return "parquet", list(meta.schema_arrow.names), int(meta.metadata.num_rows)
+        except (pa.ArrowException, OSError, ValueError):
+            return None
+    try:
+        opener = gzip.open if _is_gzip(path) else open
+        with opener(path, "rb") as handle:
+            head = handle.readline()
+            sample = handle.read(1 << 16)
+        names = head.decode("utf-8").rstrip("\r\n").split(",")
+    except (OSError, EOFError, zlib.error, UnicodeDecodeError):
+        return None
+    if not head.strip() or not sample.strip():
+        return None
+    hint = 0
+    lines = sample.count(b"\n")
+    if not _is_gzip(path) and lines:  # rows ~ data bytes / bytes per row of the first 64 KiB
+        hint = int((path.stat().st_size - len(head)) / (len(sample) / lines))
+    return "csv", names, hint
 
 
 def stream_arrow(

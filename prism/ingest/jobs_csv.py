@@ -30,6 +30,7 @@ from prism.ingest.base import (
     RowChecker,
     SlowPath,
     check_jobs,
+    file_columns,
     job_frame,
     parse_numbers,
     parse_times,
@@ -38,7 +39,7 @@ from prism.ingest.base import (
     reject_unknown_columns,
     stream_arrow,
 )
-from prism.schema import EARLIEST_TS, JOB_COLUMNS, LATEST_TS
+from prism.schema import EARLIEST_TS, JOB_COLUMNS, LATEST_TS, FileScan, ScanType
 
 _FIELDS = tuple(c for c in JOB_COLUMNS if c != "source")
 _TYPES: dict[str, pa.DataType] = {
@@ -46,6 +47,11 @@ _TYPES: dict[str, pa.DataType] = {
     "gpu_type": pa.string(), "status": pa.string(), "num_gpus": pa.float64(),
     "num_cpus": pa.float64(), "submit_ts": pa.timestamp("s"), "start_ts": pa.timestamp("s"),
     "end_ts": pa.timestamp("s"),
+}
+
+_SCAN_TYPES: dict[str, ScanType] = {
+    "num_gpus": "number", "num_cpus": "number",
+    "submit_ts": "time", "start_ts": "time", "end_ts": "time",
 }
 
 
@@ -139,6 +145,37 @@ class JobsCsvAdapter(Adapter):
         check_jobs(checker, jobs)
         good, rejects = checker.finish()
         return Batch(kind="jobs", frame=good, source=self.name, rejects=rejects)
+
+    def native(self, path: Path, options: IngestOptions) -> FileScan | None:
+        """DuckDB reads the file itself when its columns are the known ones and the times need
+        no option (``--tz``, ``time_unit``); whether every value parses and every row passes
+        the checks is only known after the insert (the pipeline checks it in SQL)."""
+        if options.tz or options.extra.get("time_unit"):
+            return None
+        opened = file_columns(path)
+        if opened is None:
+            return None
+        file_format, names, hint = opened
+        columns = mapped_columns(options, _FIELDS)
+        ignore = [c.strip() for c in options.extra.get("ignore", "").split(",") if c.strip()]
+        if len(set(names)) != len(names) or any(
+                c not in {*columns.values(), *ignore} for c in names):
+            return None  # the checked path names the column problem
+        if any(columns[f] not in names for f in ("job_id", "num_gpus", "submit_ts")) or (
+                options.cluster is None and columns["cluster"] not in names):
+            return None
+        fields = {f: names.index(c) for f, c in columns.items() if c in names
+                  and not (f == "cluster" and options.cluster is not None)}
+        types: list[ScanType] = []
+        for i in range(len(names)):
+            wanted = {_SCAN_TYPES.get(f, "text") for f, j in fields.items() if j == i}
+            if len(wanted) > 1:  # one column mapped onto a time and a text field
+                return None
+            types.append(wanted.pop() if wanted else "text")
+        constants = {"source": self.name}
+        if options.cluster is not None:
+            constants["cluster"] = options.cluster
+        return FileScan(path, file_format, tuple(types), fields, constants, hint)
 
     def stream(self, path: Path, options: IngestOptions) -> Iterator[pa.Table] | None:
         """Arrow all the way (no pandas) for clean files: typed chunked read, vectorised checks.

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from prism.derive import derive_clusters, set_cluster_config
-from prism.errors import ConfigError, IngestError
+from prism.errors import ConfigError, FileScanError, IngestError
 from prism.ingest import get_adapter
 from prism.ingest.base import (
     CAPACITY_COLUMNS,
@@ -31,7 +31,14 @@ from prism.ingest.base import (
     Reject,
     SlowPath,
 )
-from prism.schema import FILL_POLICIES, JOB_COLUMNS, freq_seconds
+from prism.schema import (
+    EARLIEST_TS,
+    FILL_POLICIES,
+    JOB_COLUMNS,
+    LATEST_TS,
+    FileScan,
+    freq_seconds,
+)
 from prism.store import Store
 
 logger = logging.getLogger(__name__)
@@ -51,6 +58,9 @@ class FileReport:
     rejected: int
     ingest_id: int | None
     rejects: tuple[Reject, ...] = ()
+    #: how the rows were read: ``duckdb`` (DuckDB's own reader, then checks in SQL),
+    #: ``arrow`` (streamed Arrow chunks) or ``checked`` (row by row checks that name lines)
+    reader: str = ""
 
 
 @dataclass
@@ -94,8 +104,13 @@ def ingest(
     freq: str | None = None,
     fill: str | None = None,
     progress: Progress | None = None,
+    native: bool = True,
 ) -> IngestReport:
     """Ingest ``paths`` in format ``fmt`` into ``store`` and re-derive the affected series.
+
+    A clean file goes the fastest way its adapter has: DuckDB's own reader straight into the
+    table, checked in SQL afterwards (``native``), else Arrow chunks; a file with a bad value
+    or row is read again by the checked reader, which names the line and column.
 
     Args:
         store: the store.
@@ -106,6 +121,8 @@ def ingest(
             default ``10min`` for a new cluster).
         fill: gap policy of sampled series (``auto``, ``hold``, ``zero``, ``linear``).
         progress: called with (stage, done, total).
+        native: let DuckDB read files itself where the adapter allows it (off: Arrow and
+            the checked reader only; the results are the same).
 
     Returns:
         A report per file, the clusters touched and their series count.
@@ -115,7 +132,6 @@ def ingest(
         ConfigError: for a bad format, frequency or fill policy.
     """
     options = options or IngestOptions()
-    adapter = get_adapter(fmt)
     if freq is not None:
         freq_seconds(freq)  # fail on a bad --freq before reading anything
     if fill is not None and fill not in FILL_POLICIES:
@@ -123,9 +139,23 @@ def ingest(
     files = [Path(p) for p in paths]
     if not files:
         raise ConfigError("no files to ingest: pass one or more paths")
+    native = native and not store.in_transaction  # a DuckDB read error aborts the transaction
+    try:
+        return _ingest(store, files, fmt, options, freq, fill, progress, native)
+    except FileScanError as exc:  # the transaction was rolled back: start again, checked
+        logger.info("%s; reading the files again with the checked reader", exc)
+        return _ingest(store, files, fmt, options, freq, fill, progress, False)
+
+
+def _ingest(
+    store: Store, files: list[Path], fmt: str, options: IngestOptions, freq: str | None,
+    fill: str | None, progress: Progress | None, native: bool,
+) -> IngestReport:
+    adapter = get_adapter(fmt)
     report = IngestReport()
-    # a Batch read now, or the chunk stream of a clean job file, read while writing
-    pending: list[tuple[Path, str, Batch | Iterator[pa.Table]]] = []
+    # per new file: what DuckDB reads itself, the chunk stream of a clean job file (read while
+    # writing), or a Batch read now
+    pending: list[tuple[Path, str, FileScan | Batch | Iterator[pa.Table]]] = []
     clock = time.perf_counter()
     for i, path in enumerate(files):
         if not path.exists():
@@ -138,9 +168,9 @@ def ingest(
             report.files.append(FileReport(str(path), "unchanged", 0, 0, seen[0]))
             logger.info("%s: already ingested (same content), skipped", path)
         else:
-            chunks = adapter.stream(path, options)
-            pending.append((path, digest, chunks if chunks is not None
-                            else adapter.read(path, options)))
+            scan = adapter.native(path, options) if native else None
+            chunks = adapter.stream(path, options) if scan is None else None
+            pending.append((path, digest, scan or chunks or adapter.read(path, options)))
         if progress:
             progress("read", i + 1, len(files))
     report.timings["read"] = time.perf_counter() - clock
@@ -148,12 +178,19 @@ def ingest(
     touched: set[str] = set()
     with store.transaction():
         for i, (path, digest, source) in enumerate(pending):
-            streamed = None if isinstance(source, Batch) else _write_stream(
-                store, path, fmt, digest, source, options, progress)
-            if streamed is not None:
-                ingest_id, rows, clusters = streamed
+            fast: tuple[int, int, list[str]] | None = None
+            reader = ""
+            if isinstance(source, FileScan):  # a row failing a check: the checked reader
+                fast, reader = _write_native(store, path, fmt, digest, source, options,
+                                             progress), "duckdb"
+            elif not isinstance(source, Batch):
+                fast, reader = _write_stream(store, path, fmt, digest, source, options,
+                                             progress), "arrow"
+            if fast is not None:
+                ingest_id, rows, clusters = fast
                 touched.update(clusters)
-                report.files.append(FileReport(str(path), "ingested", rows, 0, ingest_id))
+                report.files.append(FileReport(str(path), "ingested", rows, 0, ingest_id,
+                                               reader=reader))
                 if progress:
                     progress("write", i + 1, len(pending))
                 continue
@@ -162,7 +199,7 @@ def ingest(
             touched.update(batch.clusters or ([options.cluster] if options.cluster else []))
             report.files.append(
                 FileReport(str(path), "ingested", rows, len(batch.rejects), ingest_id,
-                           tuple(batch.rejects))
+                           tuple(batch.rejects), reader="checked")
             )
             if progress:
                 progress("write", i + 1, len(pending))
@@ -196,6 +233,79 @@ def _clusters_named(store: Store, options: IngestOptions, touched: set[str]) -> 
     return []
 
 
+def _write_native(
+    store: Store, path: Path, fmt: str, digest: str, scan: FileScan, options: IngestOptions,
+    progress: Progress | None = None,
+) -> tuple[int, int, list[str]] | None:
+    """Insert a file with DuckDB's own reader, then check its rows in SQL.
+
+    Returns ``(ingest_id, rows, clusters)``, or ``None`` when a row fails a check or a job id
+    repeats: its rows are deleted and the caller reads the file with a reader that names the
+    row.
+
+    Raises:
+        FileScanError: when DuckDB cannot parse the file (the transaction is aborted).
+    """
+    ingest_id = _next_ingest_id(store)
+    report = None
+    if progress is not None:
+        hint = scan.rows_hint
+
+        def report(fraction: float) -> None:
+            if hint:
+                progress("rows", int(fraction * hint), hint)
+            else:  # a gzip file: how much of it is read, in percent
+                progress("read %", int(fraction * 100), 100)
+
+    rows = store.insert_file("jobs", scan, JOB_COLUMNS, {"ingest_id": ingest_id}, report)
+    bad, clusters, first, last = store.fetch_one(_NATIVE_CHECK_SQL, [
+        EARLIEST_TS.to_pydatetime(), LATEST_TS.to_pydatetime(), ingest_id]) or (0, [], None, None)
+    if rows == 0 or bad or _duplicates(store, ingest_id, sorted(clusters)) is not None:
+        logger.info("%s: %s; reading it with the checked reader", path,
+                    "no rows" if rows == 0 else "a row fails a check")
+        store.execute("DELETE FROM jobs WHERE ingest_id = ?", [ingest_id])
+        return None
+    if progress:
+        progress("rows", rows, rows)
+    clusters = sorted(clusters)
+    _record_ingest(store, ingest_id, digest, fmt, path, ",".join(clusters), "jobs", rows, 0,
+                   first, last, options)
+    logger.info("%s: %d rows (DuckDB reader) as ingest %d", path, rows, ingest_id)
+    return ingest_id, rows, clusters
+
+
+# The checks of base.check_jobs over one ingest's rows (NULL comparisons count as passing),
+# with its clusters and time window. Parameters: earliest, latest, ingest_id.
+_NATIVE_CHECK_SQL = """
+    WITH bounds AS (SELECT ?::TIMESTAMP AS lo, ?::TIMESTAMP AS hi)
+    SELECT count(*) FILTER (WHERE
+               job_id IS NULL OR cluster IS NULL OR num_gpus IS NULL OR submit_ts IS NULL
+               OR num_gpus < 0 OR NOT isfinite(num_gpus)
+               OR submit_ts < lo OR submit_ts >= hi OR start_ts < lo OR start_ts >= hi
+               OR end_ts < lo OR end_ts >= hi
+               OR end_ts < start_ts OR start_ts < submit_ts OR end_ts < submit_ts),
+           coalesce(list(DISTINCT cluster) FILTER (WHERE cluster IS NOT NULL), []),
+           min(submit_ts), greatest(max(submit_ts), max(start_ts), max(end_ts))
+    FROM jobs, bounds WHERE ingest_id = ?"""
+
+
+def _duplicates(store: Store, ingest_id: int, clusters: list[str]) -> pd.DataFrame | None:
+    """The (cluster, job_id) keys of this ingest that are in ``jobs`` more than once, with how
+    many copies came from earlier ingests (``before``); ``None`` when there are none.
+
+    A count of distinct key hashes settles the usual case (no repeat) about 3x faster than
+    grouping by the strings; only when the counts differ (a repeat, or a hash collision) does
+    the exact query run. The stored rows hold no repeats, so any repeat involves this ingest.
+    """
+    row = store.fetch_one(
+        """SELECT count(*) - count(DISTINCT hash(cluster, job_id)) FROM jobs
+           WHERE list_contains(?, cluster)""", [clusters])
+    if not row or not row[0]:
+        return None
+    dupes = store.fetch_df(_DUPLICATES_SQL, [ingest_id, clusters, ingest_id])
+    return None if dupes.empty else dupes
+
+
 def _write_stream(
     store: Store, path: Path, fmt: str, digest: str, chunks: Iterator[pa.Table],
     options: IngestOptions, progress: Progress | None = None,
@@ -222,7 +332,7 @@ def _write_stream(
         progress("rows", rows, rows)
     clusters = [r[0] for r in store.fetch_all(
         "SELECT DISTINCT cluster FROM jobs WHERE ingest_id = ? ORDER BY cluster", [ingest_id])]
-    if rows == 0 or not store.fetch_df(_DUPLICATES_SQL, [ingest_id, clusters, ingest_id]).empty:
+    if rows == 0 or _duplicates(store, ingest_id, clusters) is not None:
         store.execute("DELETE FROM jobs WHERE ingest_id = ?", [ingest_id])
         return None
     window = store.fetch_one(
@@ -337,8 +447,8 @@ def _check_duplicate_jobs(
     Returns:
         The number of this batch's rows left in ``jobs``.
     """
-    dupes = store.fetch_df(_DUPLICATES_SQL, [ingest_id, clusters, ingest_id])
-    if dupes.empty:
+    dupes = _duplicates(store, ingest_id, clusters)
+    if dupes is None:
         return len(batch.frame)
     rows = batch.rows()
     keys = rows[["cluster", "job_id", LINE]].merge(dupes, on=["cluster", "job_id"])

@@ -1,0 +1,215 @@
+"""The DuckDB-reader fast path of jobs-csv: the same rows as the checked reader, or a fallback.
+
+Clean files are read by DuckDB itself and checked in SQL afterwards; every test here compares
+that with ``ingest(..., native=False)`` (Arrow chunks or the checked reader) on the same file.
+"""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import duckdb
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from prism.errors import IngestError
+from prism.ingest.base import IngestOptions
+from prism.ingest.pipeline import ingest
+from prism.store import Store
+
+HEADER = "job_id,cluster,scope,gpu_type,num_gpus,num_cpus,submit_ts,start_ts,end_ts,status\n"
+ROWS = [
+    "j1,c,vc1,A100,2,8,2026-01-05T00:00:00,2026-01-05T00:01:00,2026-01-05T03:00:00,COMPLETED",
+    "j2,c,,A100,0.5,4,2026-01-05T00:30:00.250,2026-01-05T00:31:00,2026-01-05T02:00:00,DONE",
+    'j3,c,vc1,H100,8,,2026-01-05 01:00:00,2026-01-05T01:10:00,,"RUNNING, late"',
+    "j4,c,vc2,,1,1,2026-01-05T03:00:00,,,PENDING",
+]
+
+
+def _jobs(store: Store) -> pd.DataFrame:
+    return store.fetch_df("SELECT * EXCLUDE (ingest_id) FROM jobs ORDER BY cluster, job_id")
+
+
+def _both(tmp_path: Path, path: Path, options: IngestOptions | None = None
+          ) -> tuple[pd.DataFrame, pd.DataFrame, str]:
+    """The jobs table after a native and after a checked ingest of ``path``, and the reader
+    the native run used."""
+    fast, slow = Store.open(tmp_path / "fast.duckdb"), Store.open(tmp_path / "slow.duckdb")
+    with fast, slow:
+        report = ingest(fast, [path], "jobs-csv", options)
+        ingest(slow, [path], "jobs-csv", options, native=False)
+        assert fast.fetch_df("SELECT * FROM series_values ORDER BY series_id, ts").equals(
+            slow.fetch_df("SELECT * FROM series_values ORDER BY series_id, ts"))
+        return _jobs(fast), _jobs(slow), report.files[0].reader
+
+
+def test_clean_csv_is_read_by_duckdb_with_the_same_rows(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.csv"
+    path.write_text(HEADER + "\n".join(ROWS) + "\n")
+    fast, slow, reader = _both(tmp_path, path)
+    assert reader == "duckdb"
+    pd.testing.assert_frame_equal(fast, slow)
+    # empty fields are NULL, the quoted comma stays, fractions of a second are kept
+    j2, j3 = fast.set_index("job_id").loc["j2"], fast.set_index("job_id").loc["j3"]
+    assert pd.isna(j2["scope"]) and j2["submit_ts"] == pd.Timestamp("2026-01-05T00:30:00.250")
+    assert pd.isna(j3["num_cpus"]) and pd.isna(j3["end_ts"]) and j3["status"] == "RUNNING, late"
+
+
+def test_zone_suffixes_become_utc_on_both_paths(tmp_path: Path) -> None:
+    path = tmp_path / "zoned.csv"
+    path.write_text(HEADER + "z1,c,vc1,A100,1,1,2026-01-05T02:00:00+02:00,"
+                    "2026-01-05T00:30:00Z,2026-01-05T01:00:00-01:00,DONE\n")
+    fast, slow, reader = _both(tmp_path, path)
+    assert reader == "duckdb"
+    pd.testing.assert_frame_equal(fast, slow)
+    assert fast.loc[0, "submit_ts"] == pd.Timestamp("2026-01-05T00:00:00")
+    assert fast.loc[0, "end_ts"] == pd.Timestamp("2026-01-05T02:00:00")
+
+
+def test_naive_times_are_utc_whatever_the_connection_time_zone(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.csv"
+    path.write_text(HEADER + ROWS[0] + "\n")
+    conn = duckdb.connect(str(tmp_path / "tz.duckdb"))
+    conn.execute("SET TimeZone = 'Asia/Shanghai'")
+    store = Store(conn)
+    report = ingest(store, [path], "jobs-csv")
+    assert report.files[0].reader == "duckdb"
+    assert store.fetch_one("SELECT submit_ts FROM jobs") == (
+        pd.Timestamp("2026-01-05T00:00:00").to_pydatetime(),)
+    store.close()
+
+
+def test_gzip_parquet_mapping_ignore_and_cluster_option(tmp_path: Path) -> None:
+    plain = tmp_path / "jobs.csv"
+    plain.write_text(HEADER + "\n".join(ROWS) + "\n")
+    gz = tmp_path / "jobs.csv.gz"
+    gz.write_bytes(gzip.compress(plain.read_bytes()))
+    fast, slow, reader = _both(tmp_path, gz)
+    assert reader == "duckdb"
+    pd.testing.assert_frame_equal(fast, slow)
+
+    frame = pd.read_csv(plain, dtype={"scope": "string", "gpu_type": "string"})
+    frame = frame.rename(columns={"job_id": "id", "num_gpus": "gpus"}).assign(colour="red")
+    frame["submit_ts"] = pd.to_datetime(frame["submit_ts"], format="ISO8601").dt.tz_localize(
+        "Europe/Paris")  # a zone-aware Parquet column: stored as UTC
+    for col in ("start_ts", "end_ts"):
+        frame[col] = pd.to_datetime(frame[col], format="ISO8601")
+    parquet = tmp_path / "jobs.parquet"
+    frame.drop(columns="cluster").to_parquet(parquet)
+    options = IngestOptions(cluster="lab", mapping={"job_id": "id", "num_gpus": "gpus"},
+                            extra={"ignore": "colour"})
+    (tmp_path / "pq").mkdir()
+    fast_pq, slow_pq, reader = _both(tmp_path / "pq", parquet, options)
+    assert reader == "duckdb"
+    pd.testing.assert_frame_equal(fast_pq, slow_pq)
+    assert set(fast_pq["cluster"]) == {"lab"}
+    assert fast_pq.loc[0, "submit_ts"] == pd.Timestamp("2026-01-04T23:00:00")  # Paris is +1
+
+
+@pytest.mark.parametrize(
+    ("bad", "reader"),
+    [
+        ("j9,c,vc1,A100,-1,8,2026-01-05T00:00:00,,,PENDING", "checked"),  # fails a check
+        ("j9,c,vc1,A100,1,8,soon,,,PENDING", "checked"),  # DuckDB cannot parse it
+        ("j1,c,vc1,A100,1,8,2026-01-05T00:00:00,,,PENDING", "checked"),  # repeated job id
+    ],
+)
+def test_a_bad_row_falls_back_to_the_reader_that_names_it(
+    tmp_path: Path, bad: str, reader: str
+) -> None:
+    path = tmp_path / "jobs.csv"
+    path.write_text(HEADER + "\n".join([*ROWS, bad]) + "\n")
+    with Store.open(tmp_path / "s.duckdb") as store:
+        with pytest.raises(IngestError, match="line 6"):
+            ingest(store, [path], "jobs-csv")
+        assert store.fetch_one("SELECT count(*) FROM jobs") == (0,)
+        report = ingest(store, [path], "jobs-csv", IngestOptions(on_error="skip"))
+        assert (report.rows, report.rejected, report.files[0].reader) == (4, 1, reader)
+        assert store.fetch_all("SELECT line FROM rejects") == [(6,)]
+
+
+def test_a_parse_failure_in_one_file_rereads_the_whole_run(tmp_path: Path) -> None:
+    good, bad = tmp_path / "good.csv", tmp_path / "bad.csv"
+    good.write_text(HEADER + "\n".join(ROWS) + "\n")
+    bad.write_text(HEADER + "x1,d,vc1,A100,1,1,2026-01-05T00:00:00,,,PENDING\n"
+                   "x2,d,vc1,A100,one,1,2026-01-05T00:00:00,,,PENDING\n")
+    with Store.open(tmp_path / "s.duckdb") as store:
+        report = ingest(store, [good, bad], "jobs-csv", IngestOptions(on_error="skip"))
+        assert [f.rows for f in report.files] == [4, 1]
+        assert "duckdb" not in [f.reader for f in report.files]  # the second try
+        assert store.fetch_one("SELECT count(*) FROM ingests") == (2,)
+        assert report.clusters == ["c", "d"]
+
+
+def test_inside_an_open_transaction_duckdb_reader_is_not_used(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.csv"
+    path.write_text(HEADER + "\n".join(ROWS) + "\n")
+    with Store.open(tmp_path / "s.duckdb") as store, store.transaction():
+        report = ingest(store, [path], "jobs-csv")
+        assert report.rows == 4 and report.files[0].reader != "duckdb"
+
+
+def test_progress_reports_rows(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.csv"
+    path.write_text(HEADER + "\n".join(ROWS) + "\n")
+    calls: list[tuple[str, int, int]] = []
+    with Store.open(tmp_path / "s.duckdb") as store:
+        ingest(store, [path], "jobs-csv", progress=lambda *c: calls.append(c))
+    rows = [c for c in calls if c[0] == "rows"]
+    assert rows and rows[-1] == ("rows", 4, 4)
+    assert [c[0] for c in calls if c[0] != "rows"] == ["read", "write", "derive"]
+
+
+# A valid row in several spellings, and the ways one of its fields can go wrong.
+_SPELL = ["{}", "{}Z", "{}.5", "{}+00:00"]
+_ODD = {
+    "cluster": [""], "scope": ["", " vc2", '"a,b"'], "gpu_type": [""],
+    "num_gpus": ["-1", "", "two", "1e3", "inf", "nan", " 3", "0"],
+    "num_cpus": ["", "x"], "submit_ts": ["", "soon", "9999-01-01T00:00:00", "2026-01-05"],
+    "start_ts": ["", "1969-12-31T00:00:00", "2026-01-04T00:00:00"],
+    "end_ts": ["", "2026-01-05T00:30:00", "2026-01-05 02:00:00+02:00"],
+    "status": ["", '"a, b"'],
+}
+
+
+@st.composite
+def _row(draw: st.DrawFn) -> list[str]:
+    spell = draw(st.sampled_from(_SPELL))
+    hours = sorted(draw(st.lists(st.integers(0, 23), min_size=3, max_size=3)))
+    times = [spell.format(f"2026-01-05T{h:02d}:00:00") for h in hours]
+    row = {"cluster": draw(st.sampled_from(["c", "d"])), "scope": "vc1", "gpu_type": "A100",
+           "num_gpus": draw(st.sampled_from(["1", "2", "0.5", "8"])), "num_cpus": "4",
+           "submit_ts": times[0], "start_ts": times[1], "end_ts": times[2], "status": "OK"}
+    if draw(st.integers(0, 3)) == 0:  # one row in four has an odd field
+        field = draw(st.sampled_from(sorted(_ODD)))
+        row[field] = draw(st.sampled_from(_ODD[field]))
+    return [draw(st.sampled_from(["fresh"] * 6 + ["j0", ""])), *row.values()]
+
+
+@settings(max_examples=40, deadline=None)
+@given(rows=st.lists(_row(), min_size=1, max_size=6))
+def test_duckdb_reader_and_checked_reader_agree_on_any_rows(
+    rows: list[list[str]], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    lines = [",".join([f"j{i}" if r[0] == "fresh" else r[0], *r[1:]])
+             for i, r in enumerate(rows)]
+    path = tmp_path_factory.mktemp("any") / "jobs.csv"
+    path.write_text(HEADER + "\n".join(lines) + "\n")
+    for on_error in ("fail", "skip"):
+        results = []
+        for native in (True, False):
+            with Store.open(":memory:") as store:
+                try:
+                    ingest(store, [path], "jobs-csv", IngestOptions(on_error=on_error),
+                           native=native)
+                except IngestError as exc:
+                    results.append(str(exc))
+                    continue
+                jobs = _jobs(store)
+                results.append((jobs.astype(object).where(jobs.notna(), None).to_dict(
+                    "list"), store.fetch_all(
+                    "SELECT line, column_name, reason FROM rejects ORDER BY line")))
+        assert results[0] == results[1], (on_error, lines)
