@@ -43,8 +43,10 @@ LATEST_TS = pd.Timestamp("2100-01-01")
 #: The most buckets one series may have; more means the frequency is too fine for the span.
 MAX_BUCKETS = 2_000_000
 
-#: How a column of a :class:`FileScan` is read: parsed as text, a number or a time.
-ScanType = Literal["text", "number", "time"]
+#: How a column of a :class:`FileScan` is read: parsed as text, a number or a time (with or
+#: without a zone; naive times are UTC), or taken as it is from a Parquet timestamp column
+#: without a zone (``utc_time``).
+ScanType = Literal["text", "number", "time", "utc_time"]
 
 
 @dataclass(frozen=True)

@@ -255,7 +255,7 @@ class Store:
                 params.append(values[name])
             elif name in scan.fields:
                 i = scan.fields[name]
-                exprs.append(_SCAN_EXPR[scan.column_types[i]].format(f"c{i}"))
+                exprs.append(_SCAN_EXPR[scan.file_format][scan.column_types[i]].format(f"c{i}"))
             else:
                 continue
             targets.append(f'"{name}"')
@@ -263,8 +263,7 @@ class Store:
         if scan.file_format == "csv":
             source = ("read_csv(?, header = true, auto_detect = false, delim = ',', "
                       "quote = '\"', escape = '\"', columns = ?)")
-            params += [str(scan.path),
-                       {a: _SCAN_TYPE[t] for a, t in zip(aliases, scan.column_types, strict=True)}]
+            params += [str(scan.path), dict.fromkeys(aliases, "VARCHAR")]
         else:
             source = f"read_parquet(?) AS scan({', '.join(aliases)})"
             params.append(str(scan.path))
@@ -658,12 +657,26 @@ class Store:
 
 _BATCH_FORECAST_COLUMNS = ("series_id", "cutoff", "ts", "model", "mean", "quantiles", "value")
 _BATCH_SERIES_COLUMNS = ("series_id", "status", "fallback_reason", "seconds", "n_rows")
-#: How FileScan columns are read (CSV) and converted (both formats) into canonical columns.
-_SCAN_TYPE = {"text": "VARCHAR", "number": "DOUBLE", "time": "TIMESTAMPTZ"}
+# How FileScan columns become canonical values. CSV columns are read as text and parsed with
+# try_ functions, so that a value that does not parse does not abort the transaction: it becomes
+# NaN (numbers) or year 1 (times), which the ingest's checks catch. Times in the usual ISO form
+# take strptime (the fast path); others, with a zone suffix or fractions, go through TIMESTAMPTZ
+# (the session is UTC: naive times are UTC). A bare TIMESTAMP cast would drop a +02:00 suffix.
 _SCAN_EXPR = {
-    "text": "nullif(CAST({0} AS VARCHAR), '')",
-    "number": "CAST({0} AS DOUBLE)",
-    "time": "timezone('UTC', CAST({0} AS TIMESTAMPTZ))",
+    "csv": {
+        "text": "nullif({0}, '')",
+        "number": "CASE WHEN {0} IS NULL THEN NULL "
+                  "ELSE coalesce(try_cast({0} AS DOUBLE), 'nan'::DOUBLE) END",
+        "time": "CASE WHEN {0} IS NULL THEN NULL "
+                "ELSE coalesce(try_strptime({0}, '%Y-%m-%dT%H:%M:%S'), "
+                "timezone('UTC', try_cast({0} AS TIMESTAMPTZ)), '0001-01-01'::TIMESTAMP) END",
+    },
+    "parquet": {  # typed columns: a cast that fails aborts (the ingest then reads it again)
+        "text": "nullif(CAST({0} AS VARCHAR), '')",
+        "number": "CAST({0} AS DOUBLE)",
+        "time": "timezone('UTC', CAST({0} AS TIMESTAMPTZ))",
+        "utc_time": "CAST({0} AS TIMESTAMP)",  # no zone conversion: 0.16 s per 1M values
+    },
 }
 
 

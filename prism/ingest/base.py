@@ -234,9 +234,12 @@ class SlowPath(Exception):  # noqa: N818 - a signal, not an error users see
 STREAM_BLOCK_BYTES = 64 << 20
 
 
-def file_columns(path: Path) -> tuple[Literal["csv", "parquet"], list[str], int] | None:
-    """The format, column names and expected row count (0 when unknown) of a CSV (plain or
-    ``.gz``) or Parquet file, from its header or metadata; ``None`` when that cannot be read.
+def file_columns(
+    path: Path,
+) -> tuple[Literal["csv", "parquet"], list[str], int, set[str]] | None:
+    """The format, column names, expected row count (0 when unknown) and the columns that
+    hold zone-less timestamps (Parquet) of a CSV (plain or ``.gz``) or Parquet file, from its
+    header or metadata; ``None`` when that cannot be read.
 
     The CSV header is split on commas as it is: a quoted header gives names that match no
     column, so such a file takes the checked path, which parses quotes.
@@ -244,7 +247,9 @@ def file_columns(path: Path) -> tuple[Literal["csv", "parquet"], list[str], int]
     if _is_parquet(path):
         try:
             meta = pq.ParquetFile(path)
-            return "parquet", list(meta.schema_arrow.names), int(meta.metadata.num_rows)
+            schema = meta.schema_arrow
+            naive = {f.name for f in schema if pa.types.is_timestamp(f.type) and f.type.tz is None}
+            return "parquet", list(schema.names), int(meta.metadata.num_rows), naive
         except (pa.ArrowException, OSError, ValueError):
             return None
     try:
@@ -261,7 +266,7 @@ def file_columns(path: Path) -> tuple[Literal["csv", "parquet"], list[str], int]
     lines = sample.count(b"\n")
     if not _is_gzip(path) and lines:  # rows ~ data bytes / bytes per row of the first 64 KiB
         hint = int((path.stat().st_size - len(head)) / (len(sample) / lines))
-    return "csv", names, hint
+    return "csv", names, hint, set()
 
 
 def stream_arrow(

@@ -155,7 +155,7 @@ class JobsCsvAdapter(Adapter):
         opened = file_columns(path)
         if opened is None:
             return None
-        file_format, names, hint = opened
+        file_format, names, hint, naive = opened
         columns = mapped_columns(options, _FIELDS)
         ignore = [c.strip() for c in options.extra.get("ignore", "").split(",") if c.strip()]
         if len(set(names)) != len(names) or any(
@@ -171,7 +171,8 @@ class JobsCsvAdapter(Adapter):
             wanted = {_SCAN_TYPES.get(f, "text") for f, j in fields.items() if j == i}
             if len(wanted) > 1:  # one column mapped onto a time and a text field
                 return None
-            types.append(wanted.pop() if wanted else "text")
+            kind = wanted.pop() if wanted else "text"
+            types.append("utc_time" if kind == "time" and names[i] in naive else kind)
         constants = {"source": self.name}
         if options.cluster is not None:
             constants["cluster"] = options.cluster

@@ -15,9 +15,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prism.errors import IngestError
+from prism.errors import FileScanError, IngestError
 from prism.ingest.base import IngestOptions
 from prism.ingest.pipeline import ingest
+from prism.schema import FileScan
 from prism.store import Store
 
 HEADER = "job_id,cluster,scope,gpu_type,num_gpus,num_cpus,submit_ts,start_ts,end_ts,status\n"
@@ -113,7 +114,7 @@ def test_gzip_parquet_mapping_ignore_and_cluster_option(tmp_path: Path) -> None:
     ("bad", "reader"),
     [
         ("j9,c,vc1,A100,-1,8,2026-01-05T00:00:00,,,PENDING", "checked"),  # fails a check
-        ("j9,c,vc1,A100,1,8,soon,,,PENDING", "checked"),  # DuckDB cannot parse it
+        ("j9,c,vc1,A100,1,8,soon,,,PENDING", "checked"),  # a time that does not parse
         ("j1,c,vc1,A100,1,8,2026-01-05T00:00:00,,,PENDING", "checked"),  # repeated job id
     ],
 )
@@ -131,17 +132,45 @@ def test_a_bad_row_falls_back_to_the_reader_that_names_it(
         assert store.fetch_all("SELECT line FROM rejects") == [(6,)]
 
 
-def test_a_parse_failure_in_one_file_rereads_the_whole_run(tmp_path: Path) -> None:
+def test_a_duckdb_error_rolls_the_run_back_and_reads_it_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first, second = tmp_path / "first.csv", tmp_path / "second.csv"
+    first.write_text(HEADER + "\n".join(ROWS) + "\n")
+    second.write_text(HEADER + "\n".join(r.replace(",c,", ",d,") for r in ROWS) + "\n")
+    real = Store.insert_file
+    calls: list[Path] = []
+
+    def second_fails(store: Store, table: str, scan: FileScan, *args: object,
+                     **kwargs: object) -> int:
+        calls.append(scan.path)
+        if scan.path == second:  # a real DuckDB error: it aborts the open transaction
+            with pytest.raises(duckdb.Error):
+                store.execute("SELECT 'x'::INTEGER")
+            raise FileScanError(f"{scan.path}: simulated")
+        return real(store, table, scan, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Store, "insert_file", second_fails)
+    with Store.open(tmp_path / "s.duckdb") as store:
+        report = ingest(store, [first, second], "jobs-csv")
+        assert calls == [first, second]  # the first file was inserted, then rolled back
+        assert [f.rows for f in report.files] == [4, 4]
+        assert "duckdb" not in [f.reader for f in report.files]
+        assert store.fetch_all("SELECT cluster, count(*) FROM jobs GROUP BY 1 ORDER BY 1") == [
+            ("c", 4), ("d", 4)]
+        assert store.fetch_one("SELECT count(*) FROM ingests") == (2,)
+
+
+def test_a_value_that_does_not_parse_is_found_without_aborting(tmp_path: Path) -> None:
     good, bad = tmp_path / "good.csv", tmp_path / "bad.csv"
     good.write_text(HEADER + "\n".join(ROWS) + "\n")
     bad.write_text(HEADER + "x1,d,vc1,A100,1,1,2026-01-05T00:00:00,,,PENDING\n"
                    "x2,d,vc1,A100,one,1,2026-01-05T00:00:00,,,PENDING\n")
     with Store.open(tmp_path / "s.duckdb") as store:
         report = ingest(store, [good, bad], "jobs-csv", IngestOptions(on_error="skip"))
-        assert [f.rows for f in report.files] == [4, 1]
-        assert "duckdb" not in [f.reader for f in report.files]  # the second try
-        assert store.fetch_one("SELECT count(*) FROM ingests") == (2,)
-        assert report.clusters == ["c", "d"]
+        assert [(f.rows, f.rejected, f.reader) for f in report.files] == [
+            (4, 0, "duckdb"), (1, 1, "checked")]
+        assert store.fetch_all("SELECT line, column_name FROM rejects") == [(3, "num_gpus")]
 
 
 def test_inside_an_open_transaction_duckdb_reader_is_not_used(tmp_path: Path) -> None:
