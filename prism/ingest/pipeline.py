@@ -275,12 +275,14 @@ def _write_native(
 
 
 # The checks of base.check_jobs over one ingest's rows (NULL comparisons count as passing),
-# with its clusters and time window. Parameters: earliest, latest, ingest_id.
+# and of the parsing of every number and time column (the DuckDB reader turns a value that does
+# not parse into NaN or year 1), with the rows' clusters and time window.
+# Parameters: earliest, latest, ingest_id.
 _NATIVE_CHECK_SQL = """
     WITH bounds AS (SELECT ?::TIMESTAMP AS lo, ?::TIMESTAMP AS hi)
     SELECT count(*) FILTER (WHERE
                job_id IS NULL OR cluster IS NULL OR num_gpus IS NULL OR submit_ts IS NULL
-               OR num_gpus < 0 OR NOT isfinite(num_gpus)
+               OR num_gpus < 0 OR NOT isfinite(num_gpus) OR NOT isfinite(num_cpus)
                OR submit_ts < lo OR submit_ts >= hi OR start_ts < lo OR start_ts >= hi
                OR end_ts < lo OR end_ts >= hi
                OR end_ts < start_ts OR start_ts < submit_ts OR end_ts < submit_ts),

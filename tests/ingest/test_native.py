@@ -12,7 +12,7 @@ from pathlib import Path
 import duckdb
 import pandas as pd
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from prism.errors import FileScanError, IngestError
@@ -220,6 +220,8 @@ def _row(draw: st.DrawFn) -> list[str]:
 
 @settings(max_examples=40, deadline=None)
 @given(rows=st.lists(_row(), min_size=1, max_size=6))
+@example(rows=[["j0", "c", "vc1", "A100", "1", "x", *["2026-01-05T00:00:00"] * 3, "OK"]])
+@example(rows=[["j0", "c", "vc1", "A100", "1", "inf", *["2026-01-05T00:00:00"] * 3, "OK"]])
 def test_duckdb_reader_and_checked_reader_agree_on_any_rows(
     rows: list[list[str]], tmp_path_factory: pytest.TempPathFactory
 ) -> None:
@@ -242,3 +244,23 @@ def test_duckdb_reader_and_checked_reader_agree_on_any_rows(
                     "list"), store.fetch_all(
                     "SELECT line, column_name, reason FROM rejects ORDER BY line")))
         assert results[0] == results[1], (on_error, lines)
+
+
+def test_spellings_only_the_duckdb_reader_takes_are_read_right(tmp_path: Path) -> None:
+    # Documented leniencies: the checked reader refuses these, DuckDB's reads them correctly.
+    path = tmp_path / "lenient.csv"
+    path.write_text(HEADER + "\n".join([
+        "a,c,vc1,A100,1_000,1,2026-01-05T00:00:00 Europe/Paris,,,OK",
+        "b,c,vc1,A100,1,1,2026-01-05T24:00:00,,,OK",
+        "d,c,vc1,A100,1,1,2026-01-05T03:00:00 UTC,,,OK",
+    ]) + "\n")
+    with Store.open(tmp_path / "s.duckdb") as store:
+        report = ingest(store, [path], "jobs-csv")
+        assert report.files[0].reader == "duckdb"
+        assert store.fetch_all("SELECT job_id, num_gpus, submit_ts FROM jobs ORDER BY 1") == [
+            ("a", 1000.0, pd.Timestamp("2026-01-04T23:00:00").to_pydatetime()),
+            ("b", 1.0, pd.Timestamp("2026-01-06T00:00:00").to_pydatetime()),
+            ("d", 1.0, pd.Timestamp("2026-01-05T03:00:00").to_pydatetime()),
+        ]
+    with Store.open(tmp_path / "t.duckdb") as store, pytest.raises(IngestError, match="line 2"):
+        ingest(store, [path], "jobs-csv", native=False)
