@@ -140,22 +140,35 @@ def ingest(
     if not files:
         raise ConfigError("no files to ingest: pass one or more paths")
     native = native and not store.in_transaction  # a DuckDB read error aborts the transaction
-    try:
-        return _ingest(store, files, fmt, options, freq, fill, progress, native)
-    except FileScanError as exc:  # the transaction was rolled back: start again, checked
-        logger.info("%s; reading the files again with the checked reader", exc)
-        return _ingest(store, files, fmt, options, freq, fill, progress, False)
+    # Repeated job ids are looked for once per run, after all files (a check per file hashes
+    # the rows of every file before it again); when there is one, the run is rolled back and
+    # written again with a check per file, which names the rows.
+    defer = len(files) > 1
+    while True:
+        try:
+            return _ingest(store, files, fmt, options, freq, fill, progress, native, defer)
+        except FileScanError as exc:  # rolled back: start again, checked
+            logger.info("%s; reading the files again with the checked reader", exc)
+            native = False
+        except _RepeatedIds:
+            logger.info("a job id repeats; writing the files again with a check per file")
+            defer = False
+
+
+class _RepeatedIds(Exception):  # noqa: N818 - a signal inside ingest(), never seen by users
+    """A job id repeats in the files of a run whose check was deferred to its end."""
 
 
 def _ingest(
     store: Store, files: list[Path], fmt: str, options: IngestOptions, freq: str | None,
-    fill: str | None, progress: Progress | None, native: bool,
+    fill: str | None, progress: Progress | None, native: bool, defer: bool,
 ) -> IngestReport:
     adapter = get_adapter(fmt)
     report = IngestReport()
     # per new file: what DuckDB reads itself, the chunk stream of a clean job file (read while
     # writing), or a Batch read now
-    pending: list[tuple[Path, str, FileScan | Batch | Iterator[pa.Table]]] = []
+    pending: list[tuple[int, Path, str, FileScan | Batch | Iterator[pa.Table]]] = []
+    done: dict[int, FileReport] = {}  # by position in ``files``: the report keeps their order
     clock = time.perf_counter()
     for i, path in enumerate(files):
         if not path.exists():
@@ -163,52 +176,52 @@ def _ingest(
         digest = content_hash(path, fmt, options, adapter.identity(path, options))
         seen = store.fetch_one(
             "SELECT ingest_id FROM ingests WHERE content_hash = ?", [digest]
-        ) or next(((None,) for _, d, _ in pending if d == digest), None)
+        ) or next(((None,) for _, _, d, _ in pending if d == digest), None)
         if seen is not None:
-            report.files.append(FileReport(str(path), "unchanged", 0, 0, seen[0]))
+            done[i] = FileReport(str(path), "unchanged", 0, 0, seen[0])
             logger.info("%s: already ingested (same content), skipped", path)
         else:
             scan = adapter.native(path, options) if native else None
             chunks = adapter.stream(path, options) if scan is None else None
-            pending.append((path, digest, scan or chunks or adapter.read(path, options)))
+            pending.append((i, path, digest, scan or chunks or adapter.read(path, options)))
         if progress:
             progress("read", i + 1, len(files))
     report.timings["read"] = time.perf_counter() - clock
     clock = time.perf_counter()
     touched: set[str] = set()
     with store.transaction():
-        for i, (path, digest, source) in enumerate(pending):
+        for n, (i, path, digest, source) in enumerate(pending, 1):
             fast: tuple[int, int, list[str]] | None = None
             reader = ""
             if isinstance(source, FileScan):  # a row failing a check: the checked reader
                 fast, reader = _write_native(store, path, fmt, digest, source, options,
-                                             progress), "duckdb"
+                                             progress, not defer), "duckdb"
             elif not isinstance(source, Batch):
                 fast, reader = _write_stream(store, path, fmt, digest, source, options,
-                                             progress), "arrow"
+                                             progress, not defer), "arrow"
             if fast is not None:
                 ingest_id, rows, clusters = fast
                 touched.update(clusters)
-                report.files.append(FileReport(str(path), "ingested", rows, 0, ingest_id,
-                                               reader=reader))
+                done[i] = FileReport(str(path), "ingested", rows, 0, ingest_id, reader=reader)
                 if progress:
-                    progress("write", i + 1, len(pending))
+                    progress("write", n, len(pending))
                 continue
             batch = source if isinstance(source, Batch) else adapter.read(path, options)
             ingest_id, rows = _write(store, path, fmt, digest, batch, options)
             touched.update(batch.clusters or ([options.cluster] if options.cluster else []))
-            report.files.append(
-                FileReport(str(path), "ingested", rows, len(batch.rejects), ingest_id,
-                           tuple(batch.rejects), reader="checked")
-            )
+            done[i] = FileReport(str(path), "ingested", rows, len(batch.rejects), ingest_id,
+                                 tuple(batch.rejects), reader="checked")
             if progress:
-                progress("write", i + 1, len(pending))
+                progress("write", n, len(pending))
+        if defer and touched and _any_repeat(store, sorted(touched)):
+            raise _RepeatedIds
         for cluster in sorted(touched):
             set_cluster_config(store, cluster, freq=freq, fill=fill)
         if freq is not None or fill is not None:  # a new setting re-derives named clusters
             for cluster in _clusters_named(store, options, touched):
                 set_cluster_config(store, cluster, freq=freq, fill=fill)
                 touched.add(cluster)
+        report.files = [done[i] for i in sorted(done)]
         report.timings["write"] = time.perf_counter() - clock
         clock = time.perf_counter()
         if touched:
@@ -235,13 +248,13 @@ def _clusters_named(store: Store, options: IngestOptions, touched: set[str]) -> 
 
 def _write_native(
     store: Store, path: Path, fmt: str, digest: str, scan: FileScan, options: IngestOptions,
-    progress: Progress | None = None,
+    progress: Progress | None = None, check_repeats: bool = True,
 ) -> tuple[int, int, list[str]] | None:
     """Insert a file with DuckDB's own reader, then check its rows in SQL.
 
-    Returns ``(ingest_id, rows, clusters)``, or ``None`` when a row fails a check or a job id
-    repeats: its rows are deleted and the caller reads the file with a reader that names the
-    row.
+    Returns ``(ingest_id, rows, clusters)``, or ``None`` when a row fails a check or (with
+    ``check_repeats``) a job id repeats: its rows are deleted and the caller reads the file
+    with a reader that names the row.
 
     Raises:
         FileScanError: when DuckDB cannot parse the file (the transaction is aborted).
@@ -260,7 +273,8 @@ def _write_native(
     rows = store.insert_file("jobs", scan, JOB_COLUMNS, {"ingest_id": ingest_id}, report)
     bad, clusters, first, last = store.fetch_one(_NATIVE_CHECK_SQL, [
         EARLIEST_TS.to_pydatetime(), LATEST_TS.to_pydatetime(), ingest_id]) or (0, [], None, None)
-    if rows == 0 or bad or _duplicates(store, ingest_id, sorted(clusters)) is not None:
+    if rows == 0 or bad or (check_repeats and _duplicates(
+            store, ingest_id, sorted(clusters)) is not None):
         logger.info("%s: %s; reading it with the checked reader", path,
                     "no rows" if rows == 0 else "a row fails a check")
         store.execute("DELETE FROM jobs WHERE ingest_id = ?", [ingest_id])
@@ -293,30 +307,42 @@ _NATIVE_CHECK_SQL = """
 
 def _duplicates(store: Store, ingest_id: int, clusters: list[str]) -> pd.DataFrame | None:
     """The (cluster, job_id) keys of this ingest that are in ``jobs`` more than once, with how
-    many copies came from earlier ingests (``before``); ``None`` when there are none.
-
-    A count of distinct key hashes settles the usual case (no repeat) about 3x faster than
-    grouping by the strings; only when the counts differ (a repeat, or a hash collision) does
-    the exact query run. The stored rows hold no repeats, so any repeat involves this ingest.
-    """
-    row = store.fetch_one(
-        """SELECT count(*) - count(DISTINCT hash(cluster, job_id)) FROM jobs
-           WHERE list_contains(?, cluster)""", [clusters])
-    if not row or not row[0]:
+    many copies came from earlier ingests (``before``); ``None`` when there are none."""
+    if not _hashes_repeat(store, clusters):
         return None
     dupes = store.fetch_df(_DUPLICATES_SQL, [ingest_id, clusters, ingest_id])
     return None if dupes.empty else dupes
 
 
+def _any_repeat(store: Store, clusters: list[str]) -> bool:
+    """Whether any (cluster, job_id) of these clusters is in ``jobs`` more than once."""
+    return _hashes_repeat(store, clusters) and store.fetch_one(
+        """SELECT 1 FROM jobs WHERE list_contains(?, cluster) GROUP BY cluster, job_id
+           HAVING count(*) > 1 LIMIT 1""", [clusters]) is not None
+
+
+def _hashes_repeat(store: Store, clusters: list[str]) -> bool:
+    """Whether the rows of these clusters have fewer distinct (cluster, job_id) hashes than
+    rows: a repeated key, or (rarely) a hash collision, which the exact query then rules out.
+
+    Counting distinct hashes settles the usual case (no repeat) about 3x faster than grouping
+    by the strings.
+    """
+    row = store.fetch_one(
+        """SELECT count(*) - count(DISTINCT hash(cluster, job_id)) FROM jobs
+           WHERE list_contains(?, cluster)""", [clusters])
+    return bool(row and row[0])
+
+
 def _write_stream(
     store: Store, path: Path, fmt: str, digest: str, chunks: Iterator[pa.Table],
-    options: IngestOptions, progress: Progress | None = None,
+    options: IngestOptions, progress: Progress | None = None, check_repeats: bool = True,
 ) -> tuple[int, int, list[str]] | None:
     """Insert a file chunk by chunk from the adapter's stream (bounded memory).
 
     Returns ``(ingest_id, rows, clusters)``, or ``None`` when the file needs the slow path:
-    a chunk failed to parse or to pass a check, or a job id repeats (the slow path names the
-    row); what was inserted of it is deleted first.
+    a chunk failed to parse or to pass a check, or (with ``check_repeats``) a job id repeats
+    (the slow path names the row); what was inserted of it is deleted first.
     """
     ingest_id = _next_ingest_id(store)
     rows, size, estimate = 0, path.stat().st_size, 0
@@ -334,7 +360,7 @@ def _write_stream(
         progress("rows", rows, rows)
     clusters = [r[0] for r in store.fetch_all(
         "SELECT DISTINCT cluster FROM jobs WHERE ingest_id = ? ORDER BY cluster", [ingest_id])]
-    if rows == 0 or _duplicates(store, ingest_id, clusters) is not None:
+    if rows == 0 or (check_repeats and _duplicates(store, ingest_id, clusters) is not None):
         store.execute("DELETE FROM jobs WHERE ingest_id = ?", [ingest_id])
         return None
     window = store.fetch_one(
