@@ -4,7 +4,8 @@
     python -m evaluation.benchmarks.ingest --sizes 1000000 --repeats 1
 
 For each size the generator writes a trace (8 clusters, 28 days, ~50 VCs, cached under
-``build/bench``) as CSV and as Parquet. Every measurement runs in a fresh subprocess that ingests
+``build/bench``) as CSV and as Parquet; ``csv x10`` is the same CSV cut into 10 files ingested
+in one run. Every measurement runs in a fresh subprocess that ingests
 into a new DuckDB file, so that its peak RSS is its own; the table shows medians over the
 repeats. Stages: ``read`` (content hash; parse + check on the slower readers), ``write``
 (insert into ``jobs`` and the SQL checks), ``derive`` (all five job metrics at 10 min for every
@@ -29,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +62,27 @@ def _trace(n_jobs: int, fmt: str) -> tuple[Path, float]:
 
 
 # -- workers (each in its own process) ---------------------------------------------------------
+def _split(n_jobs: int, parts: int) -> Path:
+    """The cached CSV trace of ``n_jobs`` cut into ``parts`` CSV files (a folder of them): the
+    shape of a run that ingests many files at once, e.g. a month of daily exports."""
+    source, _ = _trace(n_jobs, "csv")
+    folder = CACHE / f"jobs-{n_jobs}-csv{parts}"
+    if folder.exists():
+        return folder
+    tmp = folder.with_suffix(".tmp")
+    tmp.mkdir(parents=True, exist_ok=True)
+    with source.open("rb") as handle:
+        header = handle.readline()
+        per_part = n_jobs // parts
+        for i in range(parts):
+            with (tmp / f"part{i:02d}.csv").open("wb") as out:
+                out.write(header)
+                lines = handle if i == parts - 1 else islice(handle, per_part)  # last: the rest
+                out.writelines(lines)
+    tmp.rename(folder)
+    return folder
+
+
 def _worker_ingest(path: Path) -> dict[str, Any]:
     """PRISM's ingest into a new store file, then, in the same process, DuckDB's own reader
     into a new file (``CREATE TABLE AS SELECT * FROM read_csv/read_parquet``, no checks): the
@@ -72,14 +95,16 @@ def _worker_ingest(path: Path) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         with Store.open(Path(tmp) / "bench.duckdb") as store:
             start = time.perf_counter()
-            report = ingest(store, [path], "jobs-csv")
+            files = sorted(path.glob("*.csv")) if path.is_dir() else [path]
+            report = ingest(store, files, "jobs-csv")
             total = time.perf_counter() - start
             scopes = store.fetch_one("SELECT count(DISTINCT scope) FROM series")
         peak = _peak_rss_mb()
         reader = "read_parquet" if path.suffix == ".parquet" else "read_csv"
         with duckdb.connect(str(Path(tmp) / "baseline.duckdb")) as conn:
             start = time.perf_counter()
-            conn.execute(f"CREATE TABLE jobs AS SELECT * FROM {reader}(?)", [str(path)])
+            conn.execute(f"CREATE TABLE jobs AS SELECT * FROM {reader}(?)",
+                         [[str(f) for f in files]])
             baseline = time.perf_counter() - start
     return {"rows": report.rows, **report.timings, "total": total,
             "series": report.series, "scopes": int(scopes[0]) if scopes else 0,
@@ -195,8 +220,8 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [int(float(s)) for s in args.sizes.split(",")]
     rows: list[dict[str, Any]] = []
     for n in sizes:
-        for fmt in ("csv", "parquet"):
-            path, gen_s = _trace(n, fmt)
+        for fmt in ("csv", "parquet", "csv x10"):
+            path, gen_s = (_split(n, 10), float("nan")) if fmt == "csv x10" else _trace(n, fmt)
             runs = [_run_worker("ingest", path) for _ in range(args.repeats)]
             med = {k: statistics.median(r[k] for r in runs)
                    for k in ("read", "write", "derive", "total", "peak_rss_mb", "duckdb_s")}
