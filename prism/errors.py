@@ -28,9 +28,10 @@ class NotFittedError(PrismError):
 
 
 class FileScanError(PrismError):
-    """DuckDB's own reader could not take a file as declared (a value that does not parse, a
-    short row, a truncated gzip). The store's transaction is aborted: the ingest rolls back and
-    reads the file again with the checked reader, which names the row."""
+    """DuckDB's own reader could not take a file as declared (a short row, bad UTF-8, a
+    truncated gzip, a Parquet column that does not cast). The store's transaction is aborted:
+    the ingest rolls back and reads the files again with the checked reader, which names the
+    row."""
 
 
 class IngestError(PrismError):

@@ -24,6 +24,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+import pytest
 from websockets.sync.client import ClientConnection, connect
 
 NAMES = ("chromium", "chromium-browser", "google-chrome")
@@ -177,3 +178,13 @@ class Chromium:
 def required() -> bool:
     """Whether a missing Chromium fails the test (CI, ``make test``) instead of skipping."""
     return bool(os.environ.get("CI") or os.environ.get("PRISM_REQUIRE_CHROMIUM"))
+
+
+def require() -> None:
+    """Fail (under ``make test`` and CI) or skip (a bare ``pytest``) when Chromium is missing."""
+    if find() is not None:
+        return
+    if required():
+        pytest.fail("chromium is missing: make test installs it (apt-get install chromium)")
+    pytest.skip("chromium is not installed: this page test needs a real browser; `make test` "
+                "installs it, and there a missing chromium fails the test instead")

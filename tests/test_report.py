@@ -171,8 +171,7 @@ def test_an_empty_report_says_so() -> None:
 
 @pytest.mark.slow
 def test_report_pdf(lab: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    if chromium.find() is None and not chromium.required():
-        pytest.skip("chromium is not installed; `make test` installs it")
+    chromium.require()
     output = tmp_path / "report.html"
     assert main(["--db", str(lab), "report", "--output", str(output), "--model", "naive",
                  "--horizon", "6h", "--pdf"]) == 0, capsys.readouterr().err

@@ -157,8 +157,9 @@ class Adapter:
     def native(self, path: Path, options: IngestOptions) -> FileScan | None:
         """How the store can read ``path`` itself (DuckDB's reader) into canonical ``jobs``
         rows, the fastest path; ``None`` when the adapter (or this file) has none. The
-        pipeline checks the rows in SQL afterwards and falls back to :meth:`stream` and
-        :meth:`read` when the file does not parse or a row fails a check."""
+        pipeline checks the rows in SQL afterwards: a file with a row that fails a check goes
+        to :meth:`read`; a file DuckDB cannot parse rolls the run back, which is then read
+        with :meth:`stream` and :meth:`read`."""
         return None
 
     def read(self, path: Path, options: IngestOptions) -> Batch:
@@ -253,10 +254,7 @@ def file_columns(
         except (pa.ArrowException, OSError, ValueError):
             return None
     try:
-        opener = gzip.open if _is_gzip(path) else open
-        with opener(path, "rb") as handle:
-            head = handle.readline()
-            sample = handle.read(1 << 16)
+        head, sample = _csv_head(path, 1 << 16)
         names = head.decode("utf-8").rstrip("\r\n").split(",")
     except (OSError, EOFError, zlib.error, UnicodeDecodeError):
         return None
@@ -267,6 +265,13 @@ def file_columns(
     if not _is_gzip(path) and lines:  # rows ~ data bytes / bytes per row of the first 64 KiB
         hint = int((path.stat().st_size - len(head)) / (len(sample) / lines))
     return "csv", names, hint, set()
+
+
+def _csv_head(path: Path, sample: int = 0) -> tuple[bytes, bytes]:
+    """The first line of a CSV (plain or ``.gz``) and up to ``sample`` bytes after it."""
+    opener = gzip.open if _is_gzip(path) else open
+    with opener(path, "rb") as handle:
+        return handle.readline(), handle.read(sample) if sample else b""
 
 
 def stream_arrow(
@@ -301,9 +306,7 @@ def stream_arrow(
 
         return names, parquet_chunks()
     try:
-        opener = gzip.open if _is_gzip(path) else open
-        with opener(path, "rb") as handle_:
-            head = handle_.readline().decode("utf-8").strip()
+        head = _csv_head(path)[0].decode("utf-8").strip()
         if not head:
             return None
         header = head.split(",")

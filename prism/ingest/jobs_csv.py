@@ -107,9 +107,8 @@ class JobsCsvAdapter(Adapter):
         if options.cluster is None:
             required.append(columns["cluster"])
         frame = read_table(path, required=required, column_types=types)
-        ignore = [c.strip() for c in options.extra.get("ignore", "").split(",") if c.strip()]
         reject_unknown_columns(
-            path, frame, [*columns.values(), *ignore],
+            path, frame, [*columns.values(), *_ignored(options)],
             fix="rename it to a canonical column, map it with --map FIELD=COLUMN, or drop it "
             "with --option ignore=COLUMN",
         )
@@ -157,13 +156,8 @@ class JobsCsvAdapter(Adapter):
             return None
         file_format, names, hint, naive = opened
         columns = mapped_columns(options, _FIELDS)
-        ignore = [c.strip() for c in options.extra.get("ignore", "").split(",") if c.strip()]
-        if len(set(names)) != len(names) or any(
-                c not in {*columns.values(), *ignore} for c in names):
+        if len(set(names)) != len(names) or not _fast_columns(names, columns, options):
             return None  # the checked path names the column problem
-        if any(columns[f] not in names for f in ("job_id", "num_gpus", "submit_ts")) or (
-                options.cluster is None and columns["cluster"] not in names):
-            return None
         fields = {f: names.index(c) for f, c in columns.items() if c in names
                   and not (f == "cluster" and options.cluster is not None)}
         types: list[ScanType] = []
@@ -192,13 +186,8 @@ class JobsCsvAdapter(Adapter):
         if opened is None:
             return None
         names, chunks = opened
-        ignore = [c.strip() for c in options.extra.get("ignore", "").split(",") if c.strip()]
-        known = {*columns.values(), *ignore}
-        if any(c not in known for c in names) or any(
-                columns[f] not in names for f in ("job_id", "num_gpus", "submit_ts")):
+        if not _fast_columns(names, columns, options):
             return None  # the slow path reports the column problem
-        if options.cluster is None and columns["cluster"] not in names:
-            return None
 
         def canonical() -> Iterator[pa.Table]:
             for table in chunks:
@@ -223,6 +212,20 @@ class JobsCsvAdapter(Adapter):
             else:
                 arrays[field] = pa.nulls(n, type=_TYPES[field])
         return pa.table(arrays)
+
+
+def _ignored(options: IngestOptions) -> list[str]:
+    """The columns ``--option ignore=a,b`` drops."""
+    return [c.strip() for c in options.extra.get("ignore", "").split(",") if c.strip()]
+
+
+def _fast_columns(names: list[str], columns: dict[str, str], options: IngestOptions) -> bool:
+    """Whether a file with these columns can take a fast path: every column known (mapped or
+    ignored) and the required ones there; else the checked path reports the problem."""
+    known = {*columns.values(), *_ignored(options)}
+    return all(c in known for c in names) and all(
+        columns[f] in names for f in ("job_id", "num_gpus", "submit_ts")) and (
+        options.cluster is not None or columns["cluster"] in names)
 
 
 def _clean(jobs: pa.Table) -> bool:

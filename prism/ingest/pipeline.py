@@ -271,17 +271,17 @@ def _write_native(
                 progress("read %", int(fraction * 100), 100)
 
     rows = store.insert_file("jobs", scan, JOB_COLUMNS, {"ingest_id": ingest_id}, report)
-    bad, clusters, first, last = store.fetch_one(_NATIVE_CHECK_SQL, [
+    bad, found, first, last = store.fetch_one(_NATIVE_CHECK_SQL, [
         EARLIEST_TS.to_pydatetime(), LATEST_TS.to_pydatetime(), ingest_id]) or (0, [], None, None)
-    if rows == 0 or bad or (check_repeats and _duplicates(
-            store, ingest_id, sorted(clusters)) is not None):
+    clusters = sorted(found)
+    if rows == 0 or bad or (check_repeats and _duplicates(store, ingest_id, clusters)
+                            is not None):
         logger.info("%s: %s; reading it with the checked reader", path,
                     "no rows" if rows == 0 else "a row fails a check")
         store.execute("DELETE FROM jobs WHERE ingest_id = ?", [ingest_id])
         return None
     if progress:
         progress("rows", rows, rows)
-    clusters = sorted(clusters)
     _record_ingest(store, ingest_id, digest, fmt, path, ",".join(clusters), "jobs", rows, 0,
                    first, last, options)
     logger.info("%s: %d rows (DuckDB reader) as ingest %d", path, rows, ingest_id)

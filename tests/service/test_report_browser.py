@@ -39,10 +39,7 @@ def _get(url: str, params: dict[str, str]) -> httpx.Response:
 
 @pytest.fixture
 def browser() -> chromium.Chromium:
-    if chromium.find() is None:
-        if chromium.required():
-            pytest.fail("chromium is missing: make test installs it (apt-get install chromium)")
-        pytest.skip("chromium is not installed; `make test` installs it")
+    chromium.require()
     return chromium.Chromium()
 
 
