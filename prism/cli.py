@@ -432,6 +432,15 @@ def _cmd_models_list(args: argparse.Namespace) -> int:
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:
+    if args.kind == "deployments":
+        from prism.generate_deployments import write_deployments  # on use: faster start
+
+        written = write_deployments(args.output, apps=args.apps, days=args.days,
+                                    seed=args.seed)
+        _out.print(f"wrote {written.n_rows:,} samples of {written.n_series} app GPU "
+                   f"allocation series to {written.path}")
+        _out.print(f"next: prism ingest {written.path} --format long-csv")
+        return 0
     with _progress(not args.quiet) as progress:
         result = services.generate_trace(
             args.output, days=args.days, clusters=args.clusters, seed=args.seed,
@@ -640,11 +649,17 @@ def build_parser() -> argparse.ArgumentParser:
     p = msub.add_parser("aliases", help="the forecasters PRISM has")
     p.set_defaults(func=_cmd_models_aliases)
 
-    p = sub.add_parser("generate", help="write a realistic synthetic job trace")
-    p.add_argument("--output", required=True, type=Path, help="folder for jobs.csv, capacity.csv")
+    p = sub.add_parser("generate", help="write a realistic synthetic job trace (or app GPU "
+                       "allocations with --kind deployments)")
+    p.add_argument("--output", required=True, type=Path, help="folder for jobs.csv, capacity.csv "
+                   "(deployments: deployments.csv)")
+    p.add_argument("--kind", choices=("jobs", "deployments"), default="jobs",
+                   help="jobs: a job trace (default); deployments: GPUs allocated to the apps "
+                   "of an inference fleet, a long CSV for --format long-csv")
     p.add_argument("--days", type=int, default=28)
     p.add_argument("--clusters", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--apps", type=int, default=24, help="applications (deployments only)")
     p.add_argument("--jobs-per-day", type=float, default=None,
                    help="arrivals per cluster per day (default: realistic rates)")
     p.add_argument("--file-format", choices=("csv", "parquet"), default="csv")
