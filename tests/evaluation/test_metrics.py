@@ -15,6 +15,7 @@ from scipy import stats
 
 from evaluation.backtest import backtest
 from evaluation.metrics import (
+    avg_rel_mae,
     burst_mse,
     burst_threshold,
     by_step,
@@ -24,13 +25,18 @@ from evaluation.metrics import (
     mae,
     mase,
     over_provisioning,
+    panel_summary,
     pinball_loss,
     quantile_levels,
+    relative_mae,
+    relative_to,
     rmse,
     seasonal_scale,
     smape,
+    summarize_windows,
     summary,
     under_provisioning_rate,
+    wape,
 )
 from prism.errors import ConfigError, DataContractError
 from prism.forecasters import get_forecaster
@@ -194,11 +200,14 @@ def test_evaluate_on_a_hand_computed_window() -> None:
     panel, frame = hand_case()
     out = evaluate(frame, panel, season=2).set_index("series_id")
     assert list(out.columns) == [
-        "model", "cutoff", "n", "mae", "rmse", "mase", "smape", "pinball_p10", "pinball_p50",
-        "pinball_p90", "crps", "coverage_80", "burst_mse", "burst_steps", "under_p90",
-        "over_p90"]
+        "model", "cutoff", "n", "mean_abs_actual", "mae", "rmse", "mase", "smape", "wape",
+        "pinball_p10", "pinball_p50", "pinball_p90", "crps", "coverage_80", "width_80",
+        "burst_mse", "burst_steps", "under_p90", "over_p90"]
     a = out.loc["c/a/m"]
     assert a["n"] == 2
+    assert a["mean_abs_actual"] == pytest.approx(8.0)
+    assert a["wape"] == pytest.approx(4.0 / 16.0)
+    assert a["width_80"] == pytest.approx(4.0)
     assert a["mae"] == pytest.approx(2.0)  # |6 - 7|, |10 - 7|
     assert a["rmse"] == pytest.approx(math.sqrt(5.0))
     assert a["mase"] == pytest.approx(2.0 / 1.5)  # seasonal (2) changes 1 2 1 2
@@ -232,6 +241,7 @@ def test_summary_excludes_and_counts_windows_without_a_mase(
     assert out["mase"] == pytest.approx(2.0 / 1.5)
     assert out["mae"] == pytest.approx((2.0 + 0.5) / 2)
     assert out["burst_mse"] == pytest.approx((9.0 + 1.0) / 2)  # pooled over burst steps
+    assert out["wape"] == pytest.approx((4.0 + 1.0) / (16.0 + 11.0))  # pooled over points
 
 
 def test_by_step_pools_series_and_cutoffs_per_horizon_step() -> None:
@@ -300,6 +310,9 @@ def test_evaluate_matches_the_array_metrics_window_by_window() -> None:
         assert row.rmse == pytest.approx(rmse(y, f))
         assert row.mase == pytest.approx(mase(y, f, seasonal_scale(history, 24)))
         assert row.smape == pytest.approx(smape(y, f))
+        assert row.wape == pytest.approx(wape(y, f))
+        assert row.mean_abs_actual == pytest.approx(np.mean(np.abs(y)))
+        assert row.width_90 == pytest.approx(np.mean(w["p95"] - w["p5"]))
         qs = w[["p5", "p50", "p95", "p99"]].to_numpy()
         assert row.crps == pytest.approx(crps(y, qs, [0.05, 0.5, 0.95, 0.99]))
         assert row.coverage_90 == pytest.approx(coverage(y, w["p5"], w["p95"]))
@@ -342,9 +355,10 @@ def test_frame_metrics_are_scale_free_or_scale_with_the_units(
     spanel, sframe = _window(c * history, c * actual, c * mean, c * spread)
     base = evaluate(frame, panel, season=4).iloc[0]
     scaled = evaluate(sframe, spanel, season=4).iloc[0]
-    for col in ("mase", "smape", "coverage_90", "under_p95", "burst_steps"):
+    for col in ("mase", "smape", "wape", "coverage_90", "under_p95", "burst_steps"):
         assert scaled[col] == pytest.approx(base[col], rel=1e-9, nan_ok=True)
-    for col in ("mae", "rmse", "crps", "pinball_p95", "over_p95"):
+    for col in ("mae", "rmse", "crps", "pinball_p95", "over_p95", "mean_abs_actual",
+                "width_90"):
         assert scaled[col] == pytest.approx(c * base[col], rel=1e-9, abs=1e-12)
     assert scaled["burst_mse"] == pytest.approx(c * c * base["burst_mse"], rel=1e-9,
                                                 nan_ok=True)
@@ -378,3 +392,170 @@ def test_real_backtest_of_the_naive_has_the_expected_mase(traces: object) -> Non
     assert out.loc["naive", "mase"] == pytest.approx(np.mean(ratios))
     assert out.loc["naive", "windows"] == 7
     assert out["mase"].idxmin() == "naive"
+
+
+# -- relative accuracy -------------------------------------------------------------------------
+def test_wape_is_total_error_over_total_actual() -> None:
+    assert wape([10.0, 0.0, 30.0], [12.0, 1.0, 27.0]) == pytest.approx((2 + 1 + 3) / 40)
+    assert math.isnan(wape([0.0, 0.0], [1.0, 0.0]))
+
+
+def windows_frame(rows: list[tuple[str, str, int, float, float]], **extra: str
+                  ) -> pd.DataFrame:
+    """A per-window frame from ``(model, series, cutoff hour, mae, mean_abs_actual)``."""
+    out = pd.DataFrame(rows, columns=["model", "series_id", "cutoff", "mae", "mean_abs_actual"])
+    out["cutoff"] = T0 + pd.to_timedelta(out["cutoff"], unit="h")
+    out.insert(3, "n", 6)
+    for key, value in extra.items():
+        out[key] = str(value)
+    return out
+
+
+def test_avg_rel_mae_is_the_geometric_mean_of_window_ratios() -> None:
+    w = windows_frame([
+        ("naive", "a", 0, 1.0, 10.0), ("m", "a", 0, 2.0, 10.0),   # ratio 2
+        ("naive", "a", 6, 4.0, 10.0), ("m", "a", 6, 2.0, 10.0),   # ratio 0.5
+        ("naive", "b", 0, 0.0, 3.0), ("m", "b", 0, 0.0, 3.0),     # both exact: left out
+    ])
+    rel = relative_mae(w).set_index(["model", "series_id", "cutoff"])["rel_mae"]
+    assert len(rel) == 4 and rel[("m", "a", T0)] == 2.0
+    out = avg_rel_mae(w, n_boot=200).set_index("model")
+    assert out.loc["m", "avg_rel_mae"] == 1.0
+    assert out.loc["m", "windows"] == 2
+    m = out.loc["m"]
+    assert m["lo"] <= 1.0 <= m["hi"]
+    assert out.loc["m", "lo"] == pytest.approx(0.5) and out.loc["m", "hi"] == pytest.approx(2.0)
+    assert (out.loc["naive", ["avg_rel_mae", "lo", "hi"]] == 1.0).all()
+
+
+def test_equal_ratios_give_a_zero_width_interval() -> None:
+    rows = []
+    for hour in range(0, 48, 6):
+        for sid, base in (("a", 1.0), ("b", 7.0), ("c", 0.3)):
+            rows += [("naive", sid, hour, base, 50.0), ("m", sid, hour, 1.25 * base, 50.0)]
+    out = avg_rel_mae(windows_frame(rows)).set_index("model").loc["m"]
+    assert out["avg_rel_mae"] == out["lo"] == out["hi"] == pytest.approx(1.25, rel=1e-15)
+    assert out["windows"] == 24
+
+
+def test_mae_is_floored_at_a_thousandth_of_the_level() -> None:
+    w = windows_frame([
+        ("naive", "a", 0, 0.0, 100.0), ("m", "a", 0, 0.5, 100.0),    # 0.5 / floor 0.1
+        ("naive", "b", 0, 0.0, 0.0), ("m", "b", 0, 1e-9, 0.0),       # idle: floor 1e-9
+    ])
+    rel = relative_mae(w).set_index(["model", "series_id"])["rel_mae"]
+    assert rel[("m", "a")] == pytest.approx(5.0)
+    assert rel[("m", "b")] == pytest.approx(1.0)
+
+
+def test_bootstrap_resamples_cutoffs_as_blocks() -> None:
+    # at cutoff 0 both series have ratio 4, at cutoff 6 both 1/4: a draw of one cutoff moves
+    # both series, so every replicate is a power of 4 between 1/4 and 4 in steps of 2 windows
+    w = windows_frame([
+        ("naive", "a", 0, 1.0, 9.0), ("m", "a", 0, 4.0, 9.0),
+        ("naive", "b", 0, 1.0, 9.0), ("m", "b", 0, 4.0, 9.0),
+        ("naive", "a", 6, 4.0, 9.0), ("m", "a", 6, 1.0, 9.0),
+        ("naive", "b", 6, 4.0, 9.0), ("m", "b", 6, 1.0, 9.0),
+    ])
+    out = avg_rel_mae(w, n_boot=500, level=0.99).set_index("model").loc["m"]
+    assert out["avg_rel_mae"] == pytest.approx(1.0)
+    assert out["lo"] == pytest.approx(0.25) and out["hi"] == pytest.approx(4.0)
+
+
+def test_extra_key_columns_keep_windows_apart() -> None:
+    one = windows_frame([("naive", "a", 0, 1.0, 5.0), ("m", "a", 0, 2.0, 5.0)],
+                        horizon="1h")
+    two = windows_frame([("naive", "a", 0, 1.0, 5.0), ("m", "a", 0, 8.0, 5.0)],
+                        horizon="1d")
+    rel = relative_mae(pd.concat([one, two], ignore_index=True))
+    assert list(rel.columns) == ["horizon", "model", "series_id", "cutoff", "mae",
+                                 "mae_baseline", "rel_mae"]
+    assert rel.loc[rel["model"] == "m", "rel_mae"].tolist() == [2.0, 8.0]
+    with pytest.raises(DataContractError, match="more than once"):
+        relative_mae(pd.concat([one, one], ignore_index=True))
+
+
+def test_a_window_without_the_baseline_says_to_run_it() -> None:
+    w = windows_frame([("naive", "a", 0, 1.0, 5.0), ("m", "a", 0, 2.0, 5.0),
+                       ("m", "a", 6, 2.0, 5.0)])
+    with pytest.raises(DataContractError, match="baseline 'naive' lacks.*same backtest"):
+        avg_rel_mae(w)
+    with pytest.raises(DataContractError, match="no window of the baseline 'snaive'"):
+        avg_rel_mae(w, baseline="snaive")
+    with pytest.raises(DataContractError, match="evaluate"):
+        relative_mae(w.drop(columns="mean_abs_actual"))
+    with pytest.raises(ConfigError, match="n_boot"):
+        avg_rel_mae(w.iloc[:2], n_boot=0)
+
+
+def test_relative_to_is_the_paired_ratio_of_two_models() -> None:
+    w = windows_frame([
+        ("naive", "a", 0, 1.0, 5.0), ("full", "a", 0, 2.0, 5.0), ("off", "a", 0, 3.0, 5.0),
+        ("naive", "a", 6, 1.0, 5.0), ("full", "a", 6, 1.0, 5.0), ("off", "a", 6, 4.0, 5.0),
+    ])
+    out = relative_to(w, ["off", "naive"], "full").set_index("model")
+    assert list(out.columns) == ["reference", "ratio", "lo", "hi", "windows"]
+    assert out.loc["off", "ratio"] == pytest.approx(math.sqrt(1.5 * 4.0))
+    avg = avg_rel_mae(w).set_index("model")["avg_rel_mae"]
+    assert out.loc["off", "ratio"] == pytest.approx(avg["off"] / avg["full"])
+    assert out.loc["naive", "ratio"] == pytest.approx(math.sqrt(0.5 * 1.0))
+    with pytest.raises(DataContractError, match="no window"):
+        relative_to(w, "missing", "full")
+
+
+def test_summarize_windows_counts_catastrophes_and_pools_wape() -> None:
+    # window 1: level 10, errors naive 1, m 3 (catastrophe); window 2: level 1, naive 1, m 1.5
+    w = windows_frame([
+        ("naive", "a", 0, 1.0, 10.0), ("m", "a", 0, 3.0, 10.0),
+        ("naive", "a", 6, 1.0, 1.0), ("m", "a", 6, 1.5, 1.0),
+        ("naive", "b", 0, 2.0, 10.0), ("m", "b", 0, 4.0, 10.0),   # exactly 2x: not one
+        ("naive", "b", 6, 2.0, 10.0), ("m", "b", 6, 1.0, 10.0),
+    ])
+    w["mase"] = [1.0, 2.0] * 4
+    w["crps"] = 0.5
+    out = summarize_windows(w, n_boot=100).set_index("model")
+    assert list(out.columns) == ["avg_rel_mae", "lo", "hi", "mase", "wape", "crps",
+                                 "coverage_90", "width_90", "catastrophes", "windows"]
+    assert out.loc["m", "catastrophes"] == 0.25
+    assert out.loc["naive", "catastrophes"] == 0.0
+    pooled = (3.0 + 1.5 + 4.0 + 1.0) / (10.0 + 1.0 + 10.0 + 10.0)
+    mean_of_windows = (3.0 / 10 + 1.5 / 1 + 4.0 / 10 + 1.0 / 10) / 4
+    assert out.loc["m", "wape"] == pytest.approx(pooled)
+    assert out.loc["m", "wape"] != pytest.approx(mean_of_windows)
+    assert out.loc["m", "mase"] == 2.0
+    assert out.loc["m", ["coverage_90", "width_90"]].isna().all()
+
+
+def test_panel_summary_of_a_backtest_has_the_relative_width_and_coverage() -> None:
+    panel = synthetic_panel(n=120)
+    frame = backtest([get_forecaster("naive"), get_forecaster("seasonal_naive")], panel,
+                     horizon=6, windows=4, step=3, quantiles=(0.05, 0.5, 0.95))
+    out = panel_summary(frame, panel, n_boot=50).set_index("model")
+    windows = evaluate(frame, panel)
+    s = windows[windows["model"] == "seasonal_naive"]
+    assert out.loc["naive", "avg_rel_mae"] == 1.0
+    assert out.loc["seasonal_naive", "windows"] == 8
+    assert out.loc["seasonal_naive", "coverage_90"] == pytest.approx(s["coverage_90"].mean())
+    assert out.loc["seasonal_naive", "width_90"] == pytest.approx(
+        s["width_90"].mean() / s["mean_abs_actual"].mean())
+
+
+# AvgRelMAE invariants: MAEs well above the floor (a thousandth of the level)
+WINDOW_ROWS = st.lists(st.tuples(st.sampled_from("abc"), st.integers(0, 5),
+                                 st.floats(0.5, 100.0), st.floats(0.5, 100.0)),
+                       min_size=1, max_size=30, unique_by=lambda r: (r[0], r[1]))
+
+
+@settings(max_examples=40, deadline=None)
+@given(rows=WINDOW_ROWS, c=st.floats(0.25, 4.0))
+def test_avg_rel_mae_is_one_for_the_baseline_and_scales_with_the_errors(
+    rows: list[tuple[str, int, float, float]], c: float
+) -> None:
+    frame = []
+    for sid, hour, err, other in rows:
+        frame += [("naive", sid, hour, err, 50.0), ("m", sid, hour, other, 50.0),
+                  ("cm", sid, hour, c * other, 50.0)]
+    out = avg_rel_mae(windows_frame(frame), n_boot=100).set_index("model")
+    assert (out.loc["naive", ["avg_rel_mae", "lo", "hi"]] == 1.0).all()
+    for col in ("avg_rel_mae", "lo", "hi"):
+        assert out.loc["cm"][col] == pytest.approx(c * out.loc["m"][col], rel=1e-9)
