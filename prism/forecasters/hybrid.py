@@ -1,42 +1,52 @@
-"""The PRISM hybrid: demand primitives, spectral refinement and an RNN, combined per window.
+"""The PRISM hybrid: demand primitives, jumps, cycles and an RNN, stacked on the last value.
 
 PRISM (DAC '26, arXiv 2603.25378) forecasts GPU demand as a composition of recurring shapes
 with an adaptive spectral refinement. This forecaster builds each forecast from candidate
 forecasts, each the work of the model that suits one part of the demand, and combines them
-with weights that are recomputed at every forecast origin from the candidates' recent errors:
+with a meta-learner trained out of sample across the panel, with the last value as its prior:
 
-- **level** candidates: the last value (GPU demand moves in steps: jobs hold GPUs for hours),
-  and the last value reverting to the median of the last day with a half-life of a few hours
-  or of a day (queues drain, bursts decay);
+- **naive**: the last value. GPU demand moves in steps (jobs hold GPUs for hours, deployments
+  hold for days), so it is the reference every other candidate has to beat;
+- **jump** (``use_jumps``): the latest jump of the series (:mod:`prism.primitives.jumps`),
+  classed by direction (away from or back toward the week's level) and age, keeps what jumps
+  of that class have kept in the history of the panel and of the series: a level shift holds,
+  a burst decays, at the rate past bursts decayed. No candidate reverts to a level the series
+  has left for good: the reversion candidate reverts to the median *since* the latest jump;
+- **revert**: the last value reverting to the median since the latest jump (at most a day
+  back), with a half-life of 6 h (queues drain, bursts decay);
+- **mean**: the mean of the last 6 h (a level that ignores the noise of counts);
 - **season**: the last cycle of the strongest period found in the series (spectral analysis,
-  :func:`~prism.primitives.spectral.find_periods`; a day when none is significant);
+  :func:`~prism.primitives.spectral.find_periods`; a day when none is significant), and
+  **profile**: the mean cycle of the last week, shifted to the last hour's level;
 - **primitives** (``use_primitives``): the lookback window before the origin is encoded as a
   sparse activation vector over a learned dictionary of demand shapes
   (:class:`~prism.primitives.dictionary.PrimitiveDictionary`, learned from the windows of all
-  series of the panel), and the atoms' future parts continue it. Two variants: anchored at the
-  window's mean (as encoded) and anchored at the last value (the shape's change only);
-- **spectral** (``use_spectral``): sinusoids that stand out of the spectrum of what the
-  primitives leave (:class:`~prism.primitives.spectral.SpectralRefiner`, adaptive threshold
-  over the local noise floor), continued and added to the primitive forecast;
+  series of the panel), and the atoms' future parts continue it, anchored at the last value;
+- **spectral** (``use_spectral``): sinusoids that stand out of the spectrum of the detrended
+  series (:class:`~prism.primitives.spectral.SpectralRefiner`, adaptive threshold over the
+  local noise floor), continued and added to the reverting level;
 - **rnn** (``use_rnn``): a global GRU over all series (:mod:`prism.forecasters.rnn`), on
   instance-normalised windows, for the nonlinear and burst dynamics the linear parts miss.
 
-**Combiner.** At an origin ``e``, every candidate's forecasts from the origins of the last
-``combiner_window`` before ``e`` are scored against what happened up to ``e`` (never after),
-per block of horizon steps (up to 1 h, 3 h, 6 h, 12 h, 1 d, 2 d, beyond). The weight of a
-candidate in a block is proportional to ``MAE ** -combiner_power``: a candidate that has been
-clearly better lately dominates, near-ties share. In the first hours
-(``combiner_trim_horizon``) a candidate more than ``combiner_trim`` times worse than the best
-drops out, while a day ahead every candidate is averaged. The evidence is thin: on the 16
-Helios VCs with cutoffs 6 h apart over the last 42 h, MASE 0.36 trimmed against 0.46 averaged
-6 h ahead; on the accuracy benchmark's daily cutoffs 0.791 against 0.806 6 h ahead and 1.290
-against 1.277 a day ahead (trimming every block: 1.35). Blocks beyond what the window can score take
-the weights of the last block it can. The weights therefore change with every window: after a
-burst the decaying candidates win, on a quiet VC the level, on a cyclic one the season.
+**Combiner** (``combiner="stacked"``, the default). A
+:class:`~prism.forecasters.stacking.NaiveAnchoredStacker`: per block of horizon steps (up to
+1 h, 3 h, 6 h, 12 h, 1 d, 2 d, beyond) and per regime of the origin (no jump in the last day, a
+recent jump away from the week's level, a recent jump back toward it), convex weights over the
+candidates' changes from the last value, fitted by least absolute relative error on
+rolling-origin forecasts of all series. Those forecasts are out of sample: the dictionary and
+the RNN are learned on each series but its last ``stack_window``, whose origins train the
+weights (the backtest's test windows and the conformal tail come later still). A block keeps
+weights only where they beat the last value on later origins they were not fitted on;
+elsewhere it forecasts the last value. ``combiner="recent"`` is the earlier combiner, kept for
+the ablation: per series, weights ``MAE ** -combiner_power`` from the candidates' errors over
+the last ``combiner_window`` (a candidate more than ``combiner_trim`` times worse than the best
+drops out up to ``combiner_trim_horizon``).
 
-The switches ``use_primitives``, ``use_spectral`` and ``use_rnn`` drop candidates for
-ablations. Everything is learned on the series but its calibration tail (see
-:mod:`prism.forecasters.base`), so the combiner and the conformal quantiles are out of sample.
+The switches ``use_primitives``, ``use_spectral``, ``use_rnn`` and ``use_jumps`` drop
+candidates for ablations; the parts that did not earn their keep on the accuracy benchmark are
+off by default (see the README). Everything is learned on the series but its calibration tail
+(see :mod:`prism.forecasters.base`), so the combiner and the conformal quantiles are out of
+sample.
 """
 
 from __future__ import annotations
@@ -50,11 +60,21 @@ import numpy.typing as npt
 
 from prism.errors import ConfigError, DataContractError
 from prism.forecasters.base import BaseForecaster, FloatArray
+from prism.forecasters.stacking import NaiveAnchoredStacker, StackingData
 from prism.primitives.decompose import learn_dictionary
+from prism.primitives.jumps import (
+    TOWARD,
+    JumpEvents,
+    JumpPersistence,
+    jump_events,
+    jump_paths,
+    jump_state,
+)
 from prism.primitives.spectral import SpectralRefiner, find_periods
 from prism.primitives.structure import robust_trend
 
 if TYPE_CHECKING:
+    from prism.forecasters.gbm import GbmForecaster
     from prism.forecasters.rnn import SequenceRegressor
     from prism.primitives.dictionary import PrimitiveDictionary
 
@@ -63,10 +83,19 @@ logger = logging.getLogger(__name__)
 Ends = npt.NDArray[np.int64]
 #: Upper edges of the combiner's blocks of horizon steps, as durations.
 _BLOCKS = ("1h", "3h", "6h", "12h", "1d", "2d")
-#: Half-lives of the level-reversion candidates, as durations.
-_HALF_LIVES = {"revert_fast": "3h", "revert_slow": "1d"}
-#: At most this many combiner origins inside ``combiner_window``.
+#: At most this many combiner origins inside ``combiner_window`` (the "recent" combiner).
 _COMBINER_ORIGINS = 48
+#: Stacking origins per series (spread over its ``stack_window``): at least this many...
+_STACK_ORIGINS = 48
+#: ...and more for small panels, up to about this many over the whole panel.
+_STACK_PANEL_ORIGINS = 768
+#: A series' own jumps count as this many pseudo-jumps against the panel's table.
+_JUMP_PRIOR = 10.0
+#: The regimes of the stacker: no jump in the last day (the last 6 h flat, or not), a recent
+#: jump away from the week's level, a recent jump back toward it.
+_FLAT, _QUIET, _AWAY, _BACK = 0, 1, 2, 3
+_N_REGIMES = 4
+_COMBINERS = ("stacked", "recent")
 
 
 @dataclass
@@ -76,6 +105,7 @@ class _SeriesState:
     season: int
     sinusoids: tuple[FloatArray, FloatArray, FloatArray]  # frequencies, amplitudes, phases
     floor: float  # z-normalisation scale floor of its windows
+    jumps: FloatArray | None = None  # its jump persistence table, shrunk to the panel's
 
 
 class PrismForecaster(BaseForecaster):
@@ -83,14 +113,23 @@ class PrismForecaster(BaseForecaster):
 
     Args:
         lookback: history each primitive window encodes (a duration or steps).
-        horizon: future part of the atoms; longer forecasts continue by re-encoding.
+        horizon: future part of the atoms and of the jump table; longer forecasts continue by
+            re-encoding (primitives) or repeat the last step (jumps).
         n_atoms: learned atoms of the dictionary (besides trend and Fourier atoms).
         sparsity: active atoms per window.
-        use_primitives: the primitive candidates.
+        use_primitives: the primitive candidate.
         use_spectral: the spectral refinement candidate.
         use_rnn: the RNN candidate.
-        combiner_window: how far back the combiner scores the candidates.
-        combiner_power: weights are ``MAE ** -combiner_power``; larger trusts the best more.
+        use_jumps: the jump candidate (level shift or burst, learned persistence) and the
+            stacker's regimes; off, every origin is one regime.
+        use_gbm: the global gradient-boosting candidate (changes from the last value, learned
+            across the panel: :class:`~prism.forecasters.gbm.GbmForecaster`).
+        combiner: ``"stacked"`` (meta-learner across the panel, the last value as prior) or
+            ``"recent"`` (per-series weights from the last ``combiner_window``).
+        stack_window: the tail of each series whose origins train the stacker (at most a
+            third of the series); the parts learned from data are learned before it.
+        combiner_window: how far back the "recent" combiner scores the candidates.
+        combiner_power: "recent" weights are ``MAE ** -combiner_power``.
         combiner_trim: in the blocks up to ``combiner_trim_horizon``, a candidate whose MAE is
             more than ``combiner_trim`` times the best's gets no weight (``inf``: no trimming).
         combiner_trim_horizon: how far the trimming reaches (a duration or steps).
@@ -98,7 +137,7 @@ class PrismForecaster(BaseForecaster):
         rnn_hidden_size: hidden units of the RNN.
         rnn_epochs: at most this many training epochs (early stopping may end sooner).
         device: where the RNN trains: ``"cpu"`` (default), ``"cuda"`` or ``"auto"``.
-        random_state: seed of the dictionary, the surrogates and the RNN.
+        random_state: seed of the dictionary, the surrogates, the stacker and the RNN.
     """
 
     alias = "prism"
@@ -113,7 +152,11 @@ class PrismForecaster(BaseForecaster):
         sparsity: int = 1,
         use_primitives: bool = True,
         use_spectral: bool = True,
-        use_rnn: bool = True,
+        use_rnn: bool = False,
+        use_jumps: bool = True,
+        use_gbm: bool = True,
+        combiner: str = "stacked",
+        stack_window: str = "4d",
         combiner_window: str = "4d",
         combiner_power: float = 1.0,
         combiner_trim: float = 1.1,
@@ -131,6 +174,10 @@ class PrismForecaster(BaseForecaster):
         self.use_primitives = use_primitives
         self.use_spectral = use_spectral
         self.use_rnn = use_rnn
+        self.use_jumps = use_jumps
+        self.use_gbm = use_gbm
+        self.combiner = combiner
+        self.stack_window = stack_window
         self.combiner_window = combiner_window
         self.combiner_power = combiner_power
         self.combiner_trim = combiner_trim
@@ -144,10 +191,11 @@ class PrismForecaster(BaseForecaster):
     @classmethod
     def test_params(cls) -> list[dict[str, Any]]:
         """Cheap settings for the conformance suite (the RNN tiny)."""
-        small = {"lookback": "2h", "horizon": "2h", "n_atoms": 2, "combiner_window": "6h"}
+        small = {"lookback": "2h", "horizon": "2h", "n_atoms": 2, "combiner_window": "6h",
+                 "stack_window": "6h"}
         return [
             {**small, "use_rnn": False},
-            {**small, "use_primitives": False, "use_rnn": False},
+            {**small, "use_primitives": False, "use_rnn": False, "combiner": "recent"},
             {**small, "rnn_hidden_size": 4, "rnn_epochs": 2},
         ]
 
@@ -156,27 +204,74 @@ class PrismForecaster(BaseForecaster):
         self._fit_shared(values)
         self._fit_local(values)
 
-    def _fit_shared(self, values: dict[str, FloatArray]) -> None:
-        """The dictionary and the RNN, learned from all series (or a sample, in batches)."""
+    def _check_params(self) -> None:
+        if self.combiner not in _COMBINERS:
+            raise ConfigError(f"combiner={self.combiner!r} must be one of {list(_COMBINERS)}")
         if self.combiner_power <= 0:
             raise ConfigError(f"combiner_power={self.combiner_power!r} must be positive")
         if not self.combiner_trim >= 1:
             raise ConfigError(f"combiner_trim={self.combiner_trim!r} must be at least 1 (the "
                               "best candidate always keeps its weight); inf turns it off")
+
+    def _fit_shared(self, values: dict[str, FloatArray]) -> None:
+        """The dictionary, the RNN, the panel's jump table and the stacker, from all series.
+
+        The dictionary and the RNN are learned on each series but its stacking tail, so the
+        candidate forecasts the stacker is trained on are out of sample.
+        """
+        self._check_params()
         self.lookback_steps_ = self._steps_of(self.lookback)
         self.horizon_steps_ = self._steps_of(self.horizon)
         self.combiner_steps_ = self._steps_of(self.combiner_window)
         self.combiner_trim_steps_ = self._steps_of(self.combiner_trim_horizon)
+        stacked = self.combiner == "stacked"
+        tails = {sid: self._stack_tail(len(v)) if stacked else 0 for sid, v in values.items()}
+        inner = {sid: v[:len(v) - tails[sid]] for sid, v in values.items()}
         self.dictionary_: PrimitiveDictionary | None = None
         if self.use_primitives:
-            self.dictionary_ = self._learn_dictionary(values)
+            self.dictionary_ = self._learn_dictionary(inner)
         self.rnn_: SequenceRegressor | None = None
         if self.use_rnn:
-            self.rnn_ = self._learn_rnn(values)
+            self.rnn_ = self._learn_rnn(inner)
+        self.gbm_: GbmForecaster | None = None
+        if self.use_gbm:
+            self.gbm_ = self._learn_gbm(inner)
+        self.stacker_: NaiveAnchoredStacker | None = None
+        if stacked:
+            self.jump_table_ = self._jump_table(inner)
+            self.stacker_ = self._learn_stacker(values, inner, tails)
+        self.jump_table_ = self._jump_table(values)
 
     def _fit_local(self, values: dict[str, FloatArray]) -> None:
-        """Each series' season, sinusoids and scale floor."""
+        """Each series' season, sinusoids, scale floor and jump table."""
         self.state_ = {sid: self._learn_series(sid, v) for sid, v in values.items()}
+
+    def _stack_tail(self, n: int) -> int:
+        try:
+            window = self._steps_of(self.stack_window)
+        except ConfigError:
+            window = 1
+        return int(min(window, n // 3))
+
+    def _jump_params(self) -> dict[str, int]:
+        return {"smooth": max(1, self._steps_of("30min") if self.freq_s_ <= 1800 else 1),
+                "base_window": max(2, self._steps_of("6h") if self.freq_s_ <= 21600 else 2),
+                "week": max(2, self._steps_of("7d") if self.freq_s_ <= 7 * 86400 else 2)}
+
+    def _max_jump_age(self) -> int:
+        return max(1, self._steps_of("1d") if self.freq_s_ <= 86400 else 1)
+
+    def _persistence(self) -> JumpPersistence:
+        return JumpPersistence(steps=self.horizon_steps_, step_s=self.freq_s_,
+                               max_age=self._max_jump_age())
+
+    def _events(self, y: FloatArray) -> JumpEvents:
+        return jump_events(y, **self._jump_params())
+
+    def _jump_table(self, values: dict[str, FloatArray]) -> JumpPersistence | None:
+        if not self.use_jumps:
+            return None
+        return self._persistence().fit([(v, self._events(v)) for v in values.values()])
 
     def _learn_dictionary(self, values: dict[str, FloatArray]) -> PrimitiveDictionary | None:
         try:
@@ -209,7 +304,12 @@ class PrismForecaster(BaseForecaster):
             rest = y - robust_trend(y, window=max(3, min(len(y) // 3, self._steps_of("1d"))))
             refiner = SpectralRefiner(random_state=self.random_state).fit(rest)
             sinusoids = (refiner.frequencies_, refiner.amplitudes_, refiner.phases_)
-        return _SeriesState(season=season, sinusoids=sinusoids, floor=floor)
+        jumps = None
+        panel_table = getattr(self, "jump_table_", None)
+        if panel_table is not None:
+            own = self._persistence().fit([(y, self._events(y))])
+            jumps = panel_table.shrunk(own, _JUMP_PRIOR)
+        return _SeriesState(season=season, sinusoids=sinusoids, floor=floor, jumps=jumps)
 
     def _learn_rnn(self, values: dict[str, FloatArray]) -> SequenceRegressor | None:
         from prism.forecasters.rnn import SequenceRegressor
@@ -227,39 +327,153 @@ class PrismForecaster(BaseForecaster):
         )
         return rnn.fit(series, seconds=seconds, freq_s=self.freq_s_)
 
+    def _learn_gbm(self, values: dict[str, FloatArray]) -> GbmForecaster | None:
+        """The boosted-trees candidate: a GbmForecaster's parameters, learned on ``values``.
+
+        Only its learned parameters are used (its own calibration is not run): the hybrid
+        calls its forecast hook with the hybrid's own series state.
+        """
+        from prism.forecasters.gbm import GbmForecaster
+
+        gbm = GbmForecaster(max_horizon=self.horizon, random_state=self.random_state)
+        gbm.freq_s_ = self.freq_s_
+        gbm.first_ts_ = self.first_ts_
+        try:
+            gbm._fit(values)
+        except DataContractError as exc:
+            logger.info("no gbm candidate for this fit: %s", exc)
+            return None
+        return gbm
+
+    def _gbm_paths(self, series_id: str, history: FloatArray, origins: Ends,
+                   steps: int) -> FloatArray:
+        assert self.gbm_ is not None
+        self.gbm_.first_ts_ = self.first_ts_  # its calendar features: the hybrid's series
+        return np.asarray(self.gbm_._forecast_many(series_id, history, origins, steps),
+                          dtype=np.float64)
+
+    def _learn_stacker(self, values: dict[str, FloatArray], inner: dict[str, FloatArray],
+                       tails: dict[str, int]) -> NaiveAnchoredStacker:
+        """The meta-learner, from forecasts at origins in each series' stacking tail.
+
+        At those origins every candidate uses the points before the origin and parameters
+        learned before the tail (the series' own state is learned on ``inner`` here).
+        """
+        steps = self.horizon_steps_
+        per_series = max(_STACK_ORIGINS, _STACK_PANEL_ORIGINS // max(1, len(values)))
+        deltas, targets, groups, orders, regimes, levels = [], [], [], [], [], []
+        for g, (sid, v) in enumerate(sorted(values.items())):
+            tail = tails[sid]
+            if tail < 1:
+                continue
+            n_inner = len(inner[sid])
+            origins = np.unique(np.linspace(n_inner, len(v) - 1, min(per_series, tail))
+                                .round().astype(np.int64))
+            origins = origins[origins >= 2]
+            if len(origins) == 0:
+                continue
+            state = self._learn_series(sid, inner[sid])
+            paths = self._candidates(sid, v, origins, steps, state=state)
+            last = v[origins - 1]
+            names = self._stack_names(paths)
+            deltas.append(np.stack([paths[n] - last[:, None] for n in names]))
+            target = origins[:, None] + np.arange(steps)[None, :]
+            actual = np.where(target < len(v), v[np.minimum(target, len(v) - 1)], np.nan)
+            targets.append(actual - last[:, None])
+            groups.append(np.full(len(origins), g, dtype=np.int64))
+            orders.append((origins - n_inner) / max(tail, 1))
+            regimes.append(self._regimes(v, origins))
+            levels.append(np.abs(last))
+        stacker = NaiveAnchoredStacker(edges=self._block_edges(steps), n_regimes=_N_REGIMES,
+                                       random_state=self.random_state)
+        if not deltas:
+            logger.info("no stacking origins: PRISM forecasts the last value")
+            n = len(self._stack_names(self._candidates_names()))
+            stacker.weights_ = np.zeros((len(stacker.edges), _N_REGIMES, n))
+            stacker.gain_ = np.zeros((len(stacker.edges), _N_REGIMES))
+            return stacker
+        data = StackingData(
+            deltas=np.nan_to_num(np.concatenate(deltas, axis=1), nan=0.0),
+            target=np.concatenate(targets), group=np.concatenate(groups),
+            order=np.concatenate(orders), regime=np.concatenate(regimes),
+            level=np.concatenate(levels))
+        return stacker.fit(data)
+
+    def _candidates_names(self) -> dict[str, FloatArray]:
+        """The candidate names this configuration forecasts with (values unused)."""
+        names = ["naive", "revert", "mean", "season", "profile"]
+        if self.use_jumps:
+            names.append("jump")
+        if self.dictionary_ is not None:
+            names.append("primitives")
+        if self.use_spectral:
+            names.append("spectral")
+        if self.rnn_ is not None:
+            names.append("rnn")
+        if self.gbm_ is not None:
+            names.append("gbm")
+        return {n: np.zeros(0) for n in names}
+
+    @staticmethod
+    def _stack_names(paths: dict[str, FloatArray]) -> list[str]:
+        """The stacked candidates, in a fixed order (naive is the anchor, not a candidate)."""
+        order = ["revert", "mean", "season", "profile", "jump", "primitives", "spectral", "rnn",
+                 "gbm"]
+        return [n for n in order if n in paths]
+
+    def _regimes(self, history: FloatArray, origins: Ends) -> npt.NDArray[np.int64]:
+        six = max(1, self._steps_of("6h") if self.freq_s_ <= 21600 else 1)
+        flat = np.array([np.ptp(history[max(0, e - six):e]) == 0 for e in origins], dtype=bool)
+        quiet = np.where(flat, _FLAT, _QUIET)
+        if not self.use_jumps:
+            return quiet.astype(np.int64)
+        state = jump_state(self._events(history), history, origins,
+                           max_age=self._max_jump_age())
+        return np.where(state.direction < 0, quiet,
+                        np.where(state.direction == TOWARD, _BACK, _AWAY)).astype(np.int64)
+
     # -- candidates ---------------------------------------------------------------------------
     def _candidates(self, series_id: str, history: FloatArray, origins: Ends,
-                    steps: int) -> dict[str, FloatArray]:
+                    steps: int, state: _SeriesState | None = None) -> dict[str, FloatArray]:
         """Each candidate's ``(len(origins), steps)`` forecasts (NaN where it has none)."""
-        state = self.state_[series_id]
+        state = state if state is not None else self.state_[series_id]
         k = np.arange(1, steps + 1, dtype=np.float64)
         last = history[origins - 1]
         out: dict[str, FloatArray] = {"naive": np.repeat(last[:, None], steps, axis=1)}
-        day = self._steps_of("1d")
-        lo = np.maximum(origins - day, 0)
+        day = self._steps_of("1d") if self.freq_s_ <= 86400 else 1
+        events = self._events(history)
+        jumps = jump_state(events, history, origins, max_age=self._max_jump_age())
+        # the reversion target: the median since the latest jump (a level the series has
+        # left is never the target), at most a day back
+        since = np.where(np.isfinite(jumps.age), jumps.age + 1, day).astype(np.int64)
+        lo = np.maximum(origins - np.clip(since, 1, day), 0)
         median = np.array([np.median(history[a:b]) for a, b in zip(lo, origins, strict=True)])
-        for name, half_life in _HALF_LIVES.items():
-            decay = 0.5 ** (k / self._steps_of(half_life))
-            out[name] = median[:, None] + (last - median)[:, None] * decay[None, :]
-        # bursts decay to the base load: the median of the last week
-        week_lo = np.maximum(origins - 7 * day, 0)
-        base = np.array([np.median(history[a:b]) for a, b in zip(week_lo, origins,
-                                                                    strict=True)])
-        decay = 0.5 ** (k / self._steps_of("6h"))
-        out["burst_decay"] = base[:, None] + (last - base)[:, None] * decay[None, :]
+        decay = 0.5 ** (k / max(1, self._steps_of("6h") if self.freq_s_ <= 21600 else 1))
+        out["revert"] = median[:, None] + (last - median)[:, None] * decay[None, :]
+        six = max(1, self._steps_of("6h") if self.freq_s_ <= 21600 else 1)
+        mean_lo = np.maximum(origins - six, 0)
+        csum = np.concatenate([[0.0], np.cumsum(history)])
+        recent = (csum[origins] - csum[mean_lo]) / np.maximum(origins - mean_lo, 1)
+        out["mean"] = np.repeat(recent[:, None], steps, axis=1)
         out["season"] = _repeat_last(history, origins, steps, state.season)
-        prim = None
+        out["profile"] = _profile_paths(history, origins, steps, state.season,
+                                        max(1, self._steps_of("1h") if self.freq_s_ <= 3600
+                                            else 1))
+        if self.use_jumps and state.jumps is not None:
+            out["jump"] = jump_paths(history, origins, steps, jumps, state.jumps, self.freq_s_)
         if self.dictionary_ is not None:
             prim, prim_end = self._primitive_paths(history, origins, steps, state.floor)
             # anchored at the last value: the shape's change from the origin on (anchored at
             # the window's mean, as encoded, it scored 40 % worse on Helios)
             out["primitives"] = last[:, None] + prim - prim_end[:, None]
-        if self.use_spectral and len(state.sinusoids[0]):
+        if self.use_spectral:
             t = origins[:, None] + np.arange(steps)[None, :]
             wave = _sinusoids(state.sinusoids, t.astype(np.float64))
-            out["spectral"] = out["revert_slow"] + wave
+            out["spectral"] = out["revert"] + wave
         if self.rnn_ is not None:
             out["rnn"] = self._rnn_paths(series_id, history, origins, steps)
+        if self.gbm_ is not None:
+            out["gbm"] = self._gbm_paths(series_id, history, origins, steps)
         return out
 
     def _primitive_paths(self, history: FloatArray, origins: Ends, steps: int,
@@ -310,6 +524,17 @@ class PrismForecaster(BaseForecaster):
 
     def _forecast_many(self, series_id: str, history: FloatArray, ends: Ends,
                        steps: int) -> FloatArray:
+        if self.stacker_ is not None:
+            paths = self._candidates(series_id, history, ends, steps)
+            last = history[ends - 1]
+            deltas = np.stack([paths[n] - last[:, None] for n in self._stack_names(paths)])
+            moved = self.stacker_.combine(deltas, self._regimes(history, ends))
+            return np.asarray(last[:, None] + moved, dtype=np.float64)
+        return self._recent_combination(series_id, history, ends, steps)
+
+    def _recent_combination(self, series_id: str, history: FloatArray, ends: Ends,
+                            steps: int) -> FloatArray:
+        """The "recent" combiner: per-series weights from the candidates' recent errors."""
         window = self.combiner_steps_
         stride = max(1, window // _COMBINER_ORIGINS)
         first = max(int(ends.min()) - window, 1)
@@ -383,6 +608,27 @@ def _repeat_last(history: FloatArray, origins: Ends, steps: int, season: int) ->
     out = np.empty((len(origins), steps))
     for i, e in enumerate(origins):
         out[i] = np.resize(history[e - season:e], steps) if e >= season else history[e - 1]
+    return out
+
+
+def _profile_paths(history: FloatArray, origins: Ends, steps: int, season: int,
+                   anchor: int) -> FloatArray:
+    """The mean cycle of the last week (or fewer cycles), shifted to the last hour's level.
+
+    The cycle's value at each step ahead, plus the mean over the last ``anchor`` steps of the
+    history minus the cycle's mean over the same positions: a smooth seasonal profile that
+    follows the current level (for noisy counts whose last value is mostly noise).
+    """
+    out = np.full((len(origins), steps), np.nan)
+    for i, e in enumerate(origins):
+        cycles = min(7, int(e) // season) if season >= 2 else 0
+        if cycles < 1:
+            continue
+        block = history[e - cycles * season:e].reshape(cycles, season)
+        profile = block.mean(axis=0)  # position j is phase (e - season + j)
+        a = min(anchor, season)
+        level = float(np.mean(history[e - a:e])) - float(np.mean(profile[season - a:]))
+        out[i] = np.resize(profile, steps) + level
     return out
 
 

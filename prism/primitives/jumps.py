@@ -1,0 +1,276 @@
+"""Recent jumps of a series, causally, and how far jumps of its kind have held.
+
+GPU demand moves in jumps: a deployment scales an application from 95 to 130 GPUs and it stays
+there (a *level shift*), a burst of jobs takes 60 GPUs for two hours and lets them go (a
+*burst*). A forecaster that sees a jump an hour old has to decide which of the two it is; this
+module gives it what the history says.
+
+* :func:`jump_events`: jumps found causally (each from the points up to it only): a rolling
+  median over ``smooth`` steps (which ignores one-step spikes) that moves by more than
+  ``threshold`` robust noise scales within ``smooth`` steps. A run of such steps is one event;
+  its *base* is the median of the ``base_window`` before it. Each event is tagged *away* (it
+  moved away from the median of the week before it: a burst starts or demand settles
+  elsewhere) or *toward* (it moved back towards that median: a burst ends).
+* :func:`JumpPersistence`: for jumps of each direction, seen at each age, the share of the
+  jump still there a given number of steps later, from the events of a set of series (a
+  panel), as medians per (direction, age bin, horizon block). A series' own events shrink the
+  panel's table towards its own (``prior`` pseudo-events), and a table with no events says
+  "jumps hold" (1.0): the last value.
+* :func:`jump_state`: at each forecast origin, the age, base and direction of the most recent
+  jump, from the points before the origin only.
+
+Indices are steps of the array; every function is causal: the state at origin ``e`` uses
+``values[:e]`` only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+#: Upper edges of the age bins, as multiples of an hour (the last bin is open).
+AGE_BINS_H = (1.0, 3.0, 6.0, 12.0, 24.0)
+AWAY, TOWARD = 0, 1
+
+
+@dataclass(frozen=True)
+class JumpEvents:
+    """The jumps of one series.
+
+    Attributes:
+        onset: the step each jump's smoothed level started to move (about ``smooth`` steps
+            before it was first flagged).
+        first: the first step each jump was flagged at (it is known from there on).
+        base: the level before each jump (median of the ``base_window`` before its onset).
+        week_level: the median of the week before each jump's onset.
+        scale: the robust noise scale the threshold was applied to, at the last step.
+    """
+
+    onset: IntArray
+    first: IntArray
+    base: FloatArray
+    week_level: FloatArray
+    scale: float
+
+
+def direction_of(value: FloatArray, base: FloatArray, week_level: FloatArray) -> IntArray:
+    """``TOWARD`` where ``value`` is back nearer the week's level than the base was."""
+    back = (np.abs(value - week_level) < np.abs(base - week_level)) & (
+        np.sign(value - base) == np.sign(week_level - base))
+    return np.where(back, TOWARD, AWAY).astype(np.int64)
+
+
+def causal_noise_scale(values: FloatArray, window: int) -> FloatArray:
+    """:func:`noise_scale` at every step, from the ``window`` steps up to it only.
+
+    1.4826 times the trailing median of absolute one-step changes, floored at 1 % of the
+    trailing mean level: a jump is judged against the noise the series had before it.
+    """
+    y = np.asarray(values, dtype=np.float64)
+    d = np.abs(np.diff(y, prepend=y[:1]))
+    mad = pd.Series(d).rolling(window, min_periods=1).median().to_numpy()
+    level = pd.Series(np.abs(y)).rolling(window, min_periods=1).mean().to_numpy()
+    return np.asarray(np.maximum(np.maximum(1.4826 * mad, 0.01 * level), 1e-9),
+                      dtype=np.float64)
+
+
+def noise_scale(values: npt.ArrayLike) -> float:
+    """Robust scale of one-step changes (MAD * 1.4826), floored at 1 % of the mean level.
+
+    The floor keeps a series that is flat between steps (a deployment) from reading every
+    change as a jump of infinite size.
+    """
+    y = np.asarray(values, dtype=np.float64)
+    if len(y) < 3:
+        return max(float(np.mean(np.abs(y))) * 0.01 if len(y) else 0.0, 1e-9)
+    d = np.diff(y)
+    mad = 1.4826 * float(np.median(np.abs(d - np.median(d))))
+    return max(mad, 0.01 * float(np.mean(np.abs(y))), 1e-9)
+
+
+def _rolling_median(y: FloatArray, width: int) -> FloatArray:
+    return np.asarray(pd.Series(y).rolling(width, min_periods=1).median().to_numpy(),
+                      dtype=np.float64)
+
+
+def jump_events(values: npt.ArrayLike, *, smooth: int, base_window: int, week: int,
+                threshold: float = 6.0) -> JumpEvents:
+    """The jumps of a series, each found from the points up to it (see the module docstring).
+
+    Args:
+        values: the series (no NaN).
+        smooth: width of the causal rolling median, in steps (half an hour is typical).
+        base_window: steps before a jump whose median is its base level.
+        week: steps of the longer median a jump moves away from or toward.
+        threshold: a jump moves the smoothed level by more than this many noise scales.
+
+    Returns:
+        The :class:`JumpEvents`, in time order.
+    """
+    y = np.asarray(values, dtype=np.float64)
+    n = len(y)
+    scales = causal_noise_scale(y, week) if n else np.ones(1)
+    scale = float(scales[-1])
+    empty = np.zeros(0, dtype=np.int64)
+    if n < 2 * smooth + 2:
+        return JumpEvents(empty, empty, np.zeros(0), np.zeros(0), scale)
+    level = _rolling_median(y, smooth)
+    change = np.zeros(n)
+    change[smooth:] = level[smooth:] - level[:-smooth]
+    # the threshold: noise scales, and at least 5 % of the level (a 2-GPU wobble of a
+    # 200-GPU VC is not a regime change)
+    bar = np.maximum(threshold * scales, 0.05 * np.abs(_rolling_median(y, base_window)))
+    flagged = np.abs(change) > np.maximum(bar, 1e-9)
+    if not flagged.any():
+        return JumpEvents(empty, empty, np.zeros(0), np.zeros(0), scale)
+    edges = np.diff(np.concatenate([[0], flagged.astype(np.int8), [0]]))
+    starts = np.flatnonzero(edges == 1)
+    onset = np.maximum(starts - smooth + 1, 1)
+    bases = np.empty(len(onset))
+    weeks = np.empty(len(onset))
+    for i, o in enumerate(onset):
+        lo = max(0, o - base_window)
+        bases[i] = float(np.median(y[lo:o])) if o > lo else y[o]
+        wlo = max(0, o - week)
+        weeks[i] = float(np.median(y[wlo:o])) if o > wlo else bases[i]
+    return JumpEvents(onset.astype(np.int64), starts.astype(np.int64), bases, weeks, scale)
+
+
+@dataclass(frozen=True)
+class JumpState:
+    """The most recent jump at each origin (NaN/-1 where there is none within ``max_age``).
+
+    Attributes:
+        age: steps from the jump's onset to the origin's last point.
+        base: the level before the jump.
+        direction: ``AWAY``, ``TOWARD`` or -1 (no recent jump).
+    """
+
+    age: FloatArray
+    base: FloatArray
+    direction: IntArray
+
+
+def jump_state(events: JumpEvents, history: FloatArray, origins: npt.ArrayLike, *,
+               max_age: int) -> JumpState:
+    """Age, base and direction of the latest jump flagged before each origin.
+
+    A jump counts at origin ``e`` once it was flagged before ``e`` (``first < e``), and its
+    direction is judged from the last value before ``e``, so only points before the origin
+    decide it.
+    """
+    e = np.asarray(origins, dtype=np.int64)
+    age = np.full(len(e), np.nan)
+    base = np.full(len(e), np.nan)
+    direction = np.full(len(e), -1, dtype=np.int64)
+    if len(events.onset) == 0:
+        return JumpState(age, base, direction)
+    j = np.searchsorted(events.first, e, side="left") - 1  # last flagged before e
+    ok = j >= 0
+    a = np.where(ok, (e - 1) - events.onset[np.maximum(j, 0)], np.inf).astype(np.float64)
+    ok &= a <= max_age
+    age[ok] = a[ok]
+    base[ok] = events.base[j[ok]]
+    direction[ok] = direction_of(history[e[ok] - 1], events.base[j[ok]],
+                                 events.week_level[j[ok]])
+    return JumpState(age, base, direction)
+
+
+def age_bin(age: FloatArray, step_s: int) -> IntArray:
+    """The bin of each age (``AGE_BINS_H`` hours); NaN ages get bin -1."""
+    hours = age * step_s / 3600.0
+    out = np.searchsorted(np.asarray(AGE_BINS_H), hours, side="left").astype(np.int64)
+    return np.where(np.isfinite(age), np.minimum(out, len(AGE_BINS_H) - 1), -1)
+
+
+class JumpPersistence:
+    """How much of a jump is left ``k`` steps later, by direction and age (a learned table).
+
+    ``table_[d, a, k - 1]`` is the median over past jumps of direction ``d`` seen at an age in
+    bin ``a`` of ``(y[t + k] - base) / (y[t] - base)`` (``t`` the step the jump is seen at),
+    clipped to ``[0, 1.25]``: 1 means jumps of that kind held, 0 that they were gone.
+    ``count_[d, a]`` is how many (jump, age) pairs stand behind a row.
+
+    Args:
+        steps: the longest horizon of the table (later steps repeat the last one).
+        step_s: the series' step in seconds (for the age bins).
+        max_age: ages up to this many steps are tabled.
+    """
+
+    def __init__(self, *, steps: int, step_s: int, max_age: int) -> None:
+        self.steps = steps
+        self.step_s = step_s
+        self.max_age = max_age
+
+    def fit(self, series: list[tuple[FloatArray, JumpEvents]]) -> JumpPersistence:
+        """Learn the table from each series' values and its events (pooled)."""
+        n_dir, n_age = 2, len(AGE_BINS_H)
+        ratios: list[list[FloatArray]] = [[] for _ in range(n_dir * n_age)]
+        k = np.arange(1, self.steps + 1)
+        probe_ages = sorted({max(1, int(round(h * 3600 / self.step_s))) for h in
+                             (0.5, 2.0, 4.5, 9.0, 18.0)} | {1})
+        for y, ev in series:
+            n = len(y)
+            for o, f, b, wk in zip(ev.onset, ev.first, ev.base, ev.week_level, strict=True):
+                for age in probe_ages:
+                    t = int(o) + age  # the jump seen at step t (its last known point)
+                    if t < f or t >= n - 1 or age > self.max_age:
+                        continue
+                    jump = y[t] - b
+                    if abs(jump) < 1e-9 or abs(jump) < 2 * 1e-3 * (abs(b) + 1):
+                        continue
+                    d = int(direction_of(np.array([y[t]]), np.array([b]), np.array([wk]))[0])
+                    future = y[np.minimum(t + k, n - 1)]
+                    r = np.clip((future - b) / jump, 0.0, 1.25)
+                    r[t + k >= n] = np.nan  # steps past the end are unknown
+                    a = int(age_bin(np.array([float(age)]), self.step_s)[0])
+                    ratios[d * n_age + a].append(r)
+        self.table_ = np.ones((n_dir, n_age, self.steps))
+        self.count_ = np.zeros((n_dir, n_age), dtype=np.int64)
+        for idx, rows in enumerate(ratios):
+            if not rows:
+                continue
+            d, a = divmod(idx, n_age)
+            stack = np.vstack(rows)
+            seen = np.isfinite(stack).any(axis=0)
+            med = np.full(stack.shape[1], np.nan)
+            if seen.any():
+                med[seen] = np.nanmedian(stack[:, seen], axis=0)
+            # a step no jump reached keeps the last known value (or "holds")
+            med = pd.Series(med).ffill().fillna(1.0).to_numpy()
+            self.table_[d, a] = med
+            self.count_[d, a] = len(rows)
+        return self
+
+    def shrunk(self, own: JumpPersistence, prior: float) -> FloatArray:
+        """This (panel) table moved towards ``own`` (a series'), ``prior`` pseudo-events."""
+        w = own.count_ / (own.count_ + prior)
+        return np.asarray(self.table_ + w[:, :, None] * (own.table_ - self.table_),
+                          dtype=np.float64)
+
+
+def jump_paths(history: FloatArray, origins: IntArray, steps: int, state: JumpState,
+               table: FloatArray, step_s: int) -> FloatArray:
+    """Forecasts that keep of the latest jump what the table says jumps of its kind keep.
+
+    ``base + (last - base) * table[direction, age bin, k]``; the last value where there is no
+    recent jump.
+    """
+    last = history[origins - 1]
+    out = np.repeat(last[:, None], steps, axis=1)
+    has = state.direction >= 0
+    if not has.any():
+        return out
+    bins = age_bin(state.age, step_s)
+    horizon = table.shape[2]
+    cols = np.minimum(np.arange(steps), horizon - 1)
+    keep = table[state.direction[has], bins[has]][:, cols]  # (n_has, steps)
+    base = state.base[has]
+    out[has] = base[:, None] + (last[has] - base)[:, None] * keep
+    return out

@@ -1,0 +1,130 @@
+"""PRISM's jumps, its naive-anchored stacker, and what they promise a scheduler."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from evaluation.backtest import backtest
+from prism.forecasters import get_forecaster
+from prism.forecasters.stacking import NaiveAnchoredStacker, StackingData
+from prism.primitives.jumps import AWAY, TOWARD, jump_events, jump_state
+
+STEP = pd.Timedelta("10min")
+DAY = 144
+FAST = {"use_rnn": False, "use_gbm": False, "use_primitives": False}
+
+
+def _panel(values: dict[str, np.ndarray]) -> pd.DataFrame:
+    return pd.concat([
+        pd.DataFrame({"series_id": sid, "ts": pd.date_range("2026-01-05", periods=len(v),
+                                                            freq=STEP), "value": v})
+        for sid, v in values.items()], ignore_index=True)
+
+
+def _deployments(n: int, days: int, seed: int) -> dict[str, np.ndarray]:
+    """Apps whose GPUs move in steps that hold (every 1-3 days), with a step 2 h before the end."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for i in range(n):
+        level = float(rng.integers(20, 120))
+        y = np.empty(days * DAY)
+        t = 0
+        while t < len(y):
+            hold = int(rng.integers(DAY, 3 * DAY))
+            y[t:t + hold] = level
+            t += hold
+            level = max(4.0, round(level * rng.uniform(0.4, 1.8)))
+        y[-12:] = y[-13] * (1.5 if i % 2 else 0.5)  # a fresh step in the last two hours
+        out[f"fleet/app{i}/gpus_in_use"] = y
+    return out
+
+
+def test_a_persistent_step_holds_a_day_ahead() -> None:
+    # Steps in this fleet have always held: two hours after a step the forecast for the next
+    # day is the new level, not a return to the old one.
+    values = _deployments(6, 21, seed=3)
+    out = get_forecaster("prism", **FAST).fit(_panel(values)).predict("1d", ())
+    for sid, y in values.items():
+        mean = out.loc[out["series_id"] == sid, "mean"].to_numpy()
+        np.testing.assert_allclose(mean, y[-1], rtol=0.03, err_msg=sid)
+
+
+def test_jumps_are_found_from_the_past_only() -> None:
+    rng = np.random.default_rng(0)
+    y = np.concatenate([np.full(600, 10.0), np.full(300, 40.0), np.full(300, 10.0)])
+    y += rng.normal(0, 0.3, len(y))
+    kw = {"smooth": 3, "base_window": 36, "week": 1008}
+    events = jump_events(y, **kw)
+    assert len(events.onset) == 2
+    assert abs(int(events.onset[0]) - 600) <= 2 and abs(int(events.onset[1]) - 900) <= 2
+    state = jump_state(events, y, np.array([620, 920]), max_age=144)
+    assert state.direction.tolist() == [AWAY, TOWARD]  # up from the week's level, then back
+    np.testing.assert_allclose(state.base, [10.0, 40.0], atol=0.5)
+    # what comes after an origin changes nothing at it
+    changed = y.copy()
+    changed[625:] = 0.0
+    again = jump_state(jump_events(changed, **kw), changed, np.array([620]), max_age=144)
+    assert again.direction[0] == AWAY and again.age[0] == state.age[0]
+
+
+def _stacking_data(candidate_is_right: bool, seed: int = 0) -> StackingData:
+    rng = np.random.default_rng(seed)
+    n, steps = 300, 12
+    truth = rng.normal(0, 1, (n, steps)).cumsum(axis=1)  # changes from the last value
+    noise = rng.normal(0, 1, (n, steps)).cumsum(axis=1)
+    good = truth if candidate_is_right else noise
+    deltas = np.stack([good, rng.normal(0, 5, (n, steps))])
+    return StackingData(deltas=deltas, target=truth if candidate_is_right else truth * 0 + (
+        rng.normal(0, 1, (n, steps)).cumsum(axis=1)), group=np.arange(n) % 5,
+        order=np.tile(np.linspace(0, 1, n // 5), 5), regime=np.zeros(n, dtype=np.int64),
+        level=np.full(n, 50.0))
+
+
+def test_the_stacker_takes_a_candidate_that_is_right() -> None:
+    stacker = NaiveAnchoredStacker(edges=[3, 12], n_regimes=1).fit(_stacking_data(True))
+    np.testing.assert_allclose(stacker.weights_[:, 0, 0], 1.0, atol=0.02)
+    np.testing.assert_allclose(stacker.weights_[:, 0, 1], 0.0, atol=0.02)
+
+
+def test_the_stacker_keeps_the_last_value_where_nothing_beats_it() -> None:
+    # candidates that are noise against a random walk: the last value is the best forecast
+    stacker = NaiveAnchoredStacker(edges=[3, 12], n_regimes=1).fit(_stacking_data(False))
+    np.testing.assert_array_equal(stacker.weights_, 0.0)
+    deltas = np.ones((2, 4, 12))
+    np.testing.assert_array_equal(stacker.combine(deltas, np.zeros(4, dtype=np.int64)), 0.0)
+
+
+def test_the_meta_learner_never_sees_a_test_window() -> None:
+    # The same backtest on a panel whose values after the last cutoff are replaced: every
+    # forecast made at that cutoff (candidates, stacker weights, bands) is the same. A model
+    # that learned anything from a test window would move.
+    rng = np.random.default_rng(5)
+    values = {f"c/vc{i}/gpus_in_use": np.maximum(0, 30 + rng.normal(0, 2, 16 * DAY).cumsum()
+                                                 * 0.3) for i in range(3)}
+    panel = _panel(values)
+    model = get_forecaster("prism", **FAST)
+    first = backtest({"prism": model}, panel, horizon="6h", windows=1)
+    cutoff = first["cutoff"].iloc[0]
+    spoiled = panel.copy()
+    after = spoiled["ts"] > cutoff
+    spoiled.loc[after, "value"] = rng.uniform(0, 500, int(after.sum()))
+    second = backtest({"prism": model}, spoiled, horizon="6h", windows=1)
+    cols = [c for c in first.columns if c == "mean" or c.startswith("p")]
+    np.testing.assert_array_equal(first[cols].to_numpy(), second[cols].to_numpy())
+    assert not np.array_equal(first["value"].to_numpy(), second["value"].to_numpy())
+
+
+def test_bands_cover_after_a_regime_change() -> None:
+    # Demand that gets three times as volatile four days before the backtest: the calibration
+    # tail straddles the change, and the 90 % bands still cover 88-92 % of what follows.
+    rng = np.random.default_rng(11)
+    n = 24 * DAY
+    sd = np.where(np.arange(n) < n - 8 * DAY, 1.0, 3.0)
+    values = {f"c/vc{i}/gpus_in_use": 200 + (rng.normal(0, 1, n) * sd).cumsum() * 0.5
+              for i in range(4)}
+    panel = _panel(values)
+    frame = backtest({"prism": get_forecaster("prism", **FAST)}, panel, horizon="6h",
+                     windows=8, step="6h", quantiles=(0.05, 0.95))
+    covered = ((frame["p5"] <= frame["value"]) & (frame["value"] <= frame["p95"])).mean()
+    assert 0.88 <= covered <= 0.92, covered
