@@ -77,13 +77,19 @@ test: lint typecheck chromium
 bench: $(STAMP)
 	$(BIN)/python -m evaluation.benchmarks.ingest
 
-# The accuracy benchmark needs statsforecast (the `bench` extra), which needs pandas < 3: it
-# gets its own venv so that .venv keeps what a fresh install gets. About an hour on 2 cores.
-bench-accuracy: pyproject.toml
+# The accuracy benchmark (evaluation/results/accuracy.md): every model and PRISM ablation on
+# every panel, one process per core (JOBS). Long: hours on 2 cores.
+JOBS ?= 2
+bench-accuracy: $(STAMP)
+	$(BIN)/python -m evaluation.benchmarks.accuracy --jobs $(JOBS)
+
+# The same with statsforecast's models as references (the `bench` extra), which needs
+# pandas < 3: it gets its own venv so that .venv keeps what a fresh install gets.
+bench-accuracy-references: pyproject.toml
 	test -x .venv-bench/bin/python || $(PYTHON) -m venv .venv-bench
 	.venv-bench/bin/python -m pip install --quiet --upgrade pip
 	.venv-bench/bin/python -m pip install --quiet -e '.[dev,bench]'
-	.venv-bench/bin/python -m evaluation.benchmarks.accuracy
+	.venv-bench/bin/python -m evaluation.benchmarks.accuracy --jobs $(JOBS) --references
 
 clean:
 	rm -rf $(VENV) .venv-bench build .pytest_cache .mypy_cache .ruff_cache
