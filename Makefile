@@ -8,7 +8,7 @@ DB     ?= $(DEMO)/prism.duckdb
 PORT   ?= 8000
 SERVE  ?= 1
 
-.PHONY: install run test lint typecheck chromium bench bench-accuracy clean
+.PHONY: install run test lint typecheck chromium bench bench-accuracy bench-accuracy-references clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)

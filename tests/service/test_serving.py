@@ -45,8 +45,8 @@ def test_model_keys_name_the_parameters_that_differ(served: tuple[ForecastServer
     server, _ = served
     assert server.spec().key == "naive"
     assert server.spec("prism").key == "prism"
-    assert server.spec("prism", {"use_rnn": False}).key == "prism[use_rnn=false]"
-    assert server.spec("prism", {"use_rnn": True}).key == "prism"  # the default
+    assert server.spec("prism", {"use_rnn": True}).key == "prism[use_rnn=true]"
+    assert server.spec("prism", {"use_rnn": False}).key == "prism"  # the default
     assert server.spec("seasonal_naive", {"season": "1w"}).key == 'seasonal_naive[season="1w"]'
     with pytest.raises(ConfigError, match="unknown model 'nope'"):
         server.spec("nope")
