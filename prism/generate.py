@@ -273,6 +273,15 @@ def _check_arguments(
             )
     if format not in ("csv", "parquet"):
         raise ConfigError(f"format must be 'csv' or 'parquet' (got {format!r})")
+    return int(parse_start(start).value // 1_000_000_000)
+
+
+def parse_start(start: str) -> pd.Timestamp:
+    """A generator's ``start`` as a UTC-naive timestamp (a zone, if given, converted to UTC).
+
+    Raises:
+        ConfigError: for a value that is not a time.
+    """
     try:
         ts = pd.Timestamp(start)
     except (ValueError, TypeError) as exc:
@@ -283,7 +292,7 @@ def _check_arguments(
         raise ConfigError(f"start {start!r} is not a time: write e.g. 2026-01-05T00:00:00")
     if ts.tzinfo is not None:
         ts = ts.tz_convert("UTC").tz_localize(None)
-    return int(ts.value // 1_000_000_000)
+    return ts
 
 
 def _draw_vcs(

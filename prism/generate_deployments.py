@@ -52,6 +52,7 @@ import pyarrow.csv as pacsv
 from scipy.signal import lfilter
 
 from prism.errors import ConfigError
+from prism.generate import parse_start
 from prism.schema import SERIES_ID, TS, VALUE, freq_seconds, make_series_id
 
 logger = logging.getLogger(__name__)
@@ -329,16 +330,7 @@ def _check_arguments(apps: int, days: int, freq: str, start: str) -> _Grid:
             f"{apps} apps x {n:,} steps is more than {_MAX_ROWS:,} rows; lower apps or days, "
             "or use a coarser freq"
         )
-    try:
-        ts = pd.Timestamp(start)
-    except (ValueError, TypeError) as exc:
-        raise ConfigError(
-            f"start {start!r} is not a time: write ISO 8601, e.g. 2026-01-05"
-        ) from exc
-    if ts is pd.NaT or pd.isna(ts):
-        raise ConfigError(f"start {start!r} is not a time: write ISO 8601, e.g. 2026-01-05")
-    if ts.tzinfo is not None:
-        ts = ts.tz_convert("UTC").tz_localize(None)
+    ts = parse_start(start)
     t0_ns = int(ts.as_unit("ns").value)
     if t0_ns % (step * 1_000_000_000) != 0:
         raise ConfigError(

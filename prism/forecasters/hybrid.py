@@ -52,6 +52,7 @@ sample.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -373,7 +374,8 @@ class PrismForecaster(BaseForecaster):
             if len(origins) == 0:
                 continue
             state = self._learn_series(sid, inner[sid])
-            paths = self._candidates(sid, v, origins, steps, state=state)
+            events = self._events(v)
+            paths = self._candidates(sid, v, origins, steps, state=state, events=events)
             last = v[origins - 1]
             names = self._stack_names(paths)
             deltas.append(np.stack([paths[n] - last[:, None] for n in names]))
@@ -382,13 +384,13 @@ class PrismForecaster(BaseForecaster):
             targets.append(actual - last[:, None])
             groups.append(np.full(len(origins), g, dtype=np.int64))
             orders.append((origins - n_inner) / max(tail, 1))
-            regimes.append(self._regimes(v, origins))
+            regimes.append(self._regimes(v, origins, events))
             levels.append(np.abs(last))
         stacker = NaiveAnchoredStacker(edges=self._block_edges(steps), n_regimes=_N_REGIMES,
                                        random_state=self.random_state)
         if not deltas:
             logger.info("no stacking origins: PRISM forecasts the last value")
-            n = len(self._stack_names(self._candidates_names()))
+            n = len(self._stack_names(self._candidate_names()))
             stacker.weights_ = np.zeros((len(stacker.edges), _N_REGIMES, n))
             stacker.gain_ = np.zeros((len(stacker.edges), _N_REGIMES))
             return stacker
@@ -399,8 +401,8 @@ class PrismForecaster(BaseForecaster):
             level=np.concatenate(levels))
         return stacker.fit(data)
 
-    def _candidates_names(self) -> dict[str, FloatArray]:
-        """The candidate names this configuration forecasts with (values unused)."""
+    def _candidate_names(self) -> list[str]:
+        """The candidates this fitted configuration forecasts with."""
         names = ["naive", "revert", "mean", "season", "profile"]
         if self.use_jumps:
             names.append("jump")
@@ -412,36 +414,42 @@ class PrismForecaster(BaseForecaster):
             names.append("rnn")
         if self.gbm_ is not None:
             names.append("gbm")
-        return {n: np.zeros(0) for n in names}
+        return names
 
     @staticmethod
-    def _stack_names(paths: dict[str, FloatArray]) -> list[str]:
+    def _stack_names(paths: Iterable[str]) -> list[str]:
         """The stacked candidates, in a fixed order (naive is the anchor, not a candidate)."""
         order = ["revert", "mean", "season", "profile", "jump", "primitives", "spectral", "rnn",
                  "gbm"]
-        return [n for n in order if n in paths]
+        present = set(paths)
+        return [n for n in order if n in present]
 
-    def _regimes(self, history: FloatArray, origins: Ends) -> npt.NDArray[np.int64]:
+    def _regimes(self, history: FloatArray, origins: Ends,
+                 events: JumpEvents) -> npt.NDArray[np.int64]:
         six = max(1, self._steps_of("6h") if self.freq_s_ <= 21600 else 1)
         flat = np.array([np.ptp(history[max(0, e - six):e]) == 0 for e in origins], dtype=bool)
         quiet = np.where(flat, _FLAT, _QUIET)
         if not self.use_jumps:
             return quiet.astype(np.int64)
-        state = jump_state(self._events(history), history, origins,
+        state = jump_state(events, history, origins,
                            max_age=self._max_jump_age())
         return np.where(state.direction < 0, quiet,
                         np.where(state.direction == TOWARD, _BACK, _AWAY)).astype(np.int64)
 
     # -- candidates ---------------------------------------------------------------------------
-    def _candidates(self, series_id: str, history: FloatArray, origins: Ends,
-                    steps: int, state: _SeriesState | None = None) -> dict[str, FloatArray]:
-        """Each candidate's ``(len(origins), steps)`` forecasts (NaN where it has none)."""
+    def _candidates(self, series_id: str, history: FloatArray, origins: Ends, steps: int,
+                    state: _SeriesState | None = None,
+                    events: JumpEvents | None = None) -> dict[str, FloatArray]:
+        """Each candidate's ``(len(origins), steps)`` forecasts (NaN where it has none).
+
+        ``events`` are the jumps of ``history`` when the caller has them already.
+        """
         state = state if state is not None else self.state_[series_id]
         k = np.arange(1, steps + 1, dtype=np.float64)
         last = history[origins - 1]
         out: dict[str, FloatArray] = {"naive": np.repeat(last[:, None], steps, axis=1)}
         day = self._steps_of("1d") if self.freq_s_ <= 86400 else 1
-        events = self._events(history)
+        events = events if events is not None else self._events(history)
         jumps = jump_state(events, history, origins, max_age=self._max_jump_age())
         # the reversion target: the median since the latest jump (a level the series has
         # left is never the target), at most a day back
@@ -525,10 +533,11 @@ class PrismForecaster(BaseForecaster):
     def _forecast_many(self, series_id: str, history: FloatArray, ends: Ends,
                        steps: int) -> FloatArray:
         if self.stacker_ is not None:
-            paths = self._candidates(series_id, history, ends, steps)
+            events = self._events(history)
+            paths = self._candidates(series_id, history, ends, steps, events=events)
             last = history[ends - 1]
             deltas = np.stack([paths[n] - last[:, None] for n in self._stack_names(paths)])
-            moved = self.stacker_.combine(deltas, self._regimes(history, ends))
+            moved = self.stacker_.combine(deltas, self._regimes(history, ends, events))
             return np.asarray(last[:, None] + moved, dtype=np.float64)
         return self._recent_combination(series_id, history, ends, steps)
 
