@@ -41,7 +41,7 @@ that dies is handled the same way. Near the budget, whether a series falls back 
 the machine's load: a budget is a guard against runaway series, not part of the model.
 
 **Tasks.** ``forecast``: fit on each series' whole history, forecast ``horizon``.
-``backtest``: the rolling-origin backtest of :mod:`evaluation.backtest` (cutoffs as
+``backtest``: the rolling-origin backtest of :mod:`prism.evaluation.backtest` (cutoffs as
 statsforecast's ``cross_validation`` places them, a refit at every cutoff), series too short
 for it skipped with the reason. ``refit``: fit on each series' whole history and save the
 models, forecasting nothing. Every batch forecast refits its models from the stored data.
@@ -88,6 +88,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from prism.errors import ConfigError, DataContractError, PrismError
+from prism.evaluation.backtest import CUTOFF, MIN_TRAIN, cutoff_positions
 from prism.forecasters.base import (
     BaseForecaster,
     FloatArray,
@@ -98,7 +99,7 @@ from prism.forecasters.base import (
 )
 from prism.forecasters.baselines import NaiveForecaster, SeasonalNaiveForecaster
 from prism.registry import SeriesModels, save_model
-from prism.schema import SERIES_ID, TS, VALUE
+from prism.schema import SERIES_ID, TS, VALUE, panel_step_seconds
 
 if TYPE_CHECKING:
     from prism.store import Store
@@ -115,9 +116,7 @@ DEFAULT_CHUNK_SIZE = 16
 DEFAULT_HARD_GRACE_S = 30.0
 #: Series read from DuckDB at a time.
 _READ_BLOCK = 256
-#: Fewest training points at a backtest's earliest cutoff (as in evaluation.backtest).
-_MIN_TRAIN = 2
-CUTOFF = "cutoff"
+#: Fewest training points at a backtest's earliest cutoff (as in prism.evaluation.backtest).
 
 Progress = Callable[[int, int], None]
 IntArray = npt.NDArray[np.int64]
@@ -276,7 +275,7 @@ def _work(job: _Job, item: _Series, model: BaseForecaster, shared: tuple[BaseFor
         h, s = _horizon_and_step(freq_s, job.horizon, job.step)
         raise _Skip(f"series {item.series_id!r} has {n} points but a backtest of "
                     f"{job.windows} window(s) of {h} step(s), {s} step(s) apart, needs at "
-                    f"least {h + (job.windows - 1) * s + _MIN_TRAIN}")
+                    f"least {h + (job.windows - 1) * s + MIN_TRAIN}")
     h, _ = _horizon_and_step(freq_s, job.horizon, job.step)
     frames = []
     for w, cut in enumerate(cuts):
@@ -294,15 +293,10 @@ def _horizon_and_step(freq_s: int, horizon: int | str, step: int | str | None) -
 
 def backtest_positions(n: int, freq_s: int, *, horizon: int | str, windows: int,
                        step: int | str | None) -> list[int] | None:
-    """Positions of a series' backtest cutoffs (``None`` when it is too short).
-
-    Window ``w`` of a series of ``n`` points has its cutoff at ``n - 1 - h - (windows - 1 -
-    w) * s``, as :func:`evaluation.backtest.backtest_cutoffs` places them.
-    """
+    """Positions of a series' backtest cutoffs (``None`` when it is too short), by the one
+    rule of :func:`prism.evaluation.backtest.cutoff_positions`."""
     h, s = _horizon_and_step(freq_s, horizon, step)
-    if n < h + (windows - 1) * s + _MIN_TRAIN:
-        return None
-    return [n - 1 - h - (windows - 1 - w) * s for w in range(windows)]
+    return cutoff_positions(n, h, s, windows) or None
 
 
 @contextlib.contextmanager
@@ -882,9 +876,11 @@ def _shared_parts(model: BaseForecaster, panel: pd.DataFrame, task: str, *,
     groups = {str(sid): g for sid, g in panel.groupby(SERIES_ID, sort=True)}
     cuts: dict[str, list[int]] = {}
     for sid, g in groups.items():
-        freq_s = int(g[TS].diff().dropna().dt.total_seconds().min()) if len(g) > 1 else 0
+        if len(g) < 2:
+            continue
+        freq_s = panel_step_seconds(g, purpose="be backtested")
         positions = backtest_positions(len(g), freq_s, horizon=horizon, windows=windows,
-                                       step=step) if freq_s else None
+                                       step=step)
         if positions is not None:
             cuts[sid] = positions
     if not cuts:

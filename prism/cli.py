@@ -264,7 +264,7 @@ def _cmd_refit(args: argparse.Namespace) -> int:
 
 
 def _cmd_backtest(args: argparse.Namespace) -> int:
-    from evaluation.backtest import backtest
+    from prism.evaluation.backtest import backtest
     from prism.forecasters import get_forecaster
 
     if not args.series and not args.all:
@@ -306,7 +306,7 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
 def _after_backtest(frame: pd.DataFrame, panel: pd.DataFrame, args: argparse.Namespace,
                     models: list[str]) -> None:
     """Print (and keep in the store, for `prism report`) the summary and planning tables."""
-    from evaluation.metrics import summary
+    from prism.evaluation.metrics import summary
 
     params = {"models": ",".join(models), "horizon": args.horizon, "windows": args.windows,
               "series": int(frame["series_id"].nunique())}

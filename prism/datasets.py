@@ -196,7 +196,7 @@ class DownloadResult:
 
 @lru_cache(maxsize=1)
 def _catalogue() -> tuple[Dataset, ...]:
-    source = resources.files("data") / "catalogue.json"
+    source = resources.files("prism") / "catalogue.json"
     try:
         document = json.loads(source.read_text(encoding="utf-8"))
         entries = tuple(Dataset.model_validate(entry) for entry in document["datasets"])

@@ -203,6 +203,27 @@ def freq_seconds(freq: str) -> int:
     return int(seconds)
 
 
+def panel_step_seconds(panel: pd.DataFrame, *, purpose: str = "be used together") -> int:
+    """The one step (seconds) between consecutive points of every series of a sorted panel.
+
+    The one place a panel's frequency is read: forecasters, backtests, planning, the batch
+    engine and the decomposer all call it.
+
+    Raises:
+        DataContractError: when no series has two points, or series differ in step (the
+            message says how to fix it: derive them at one ``--freq``).
+    """
+    diffs = panel.groupby(SERIES_ID, sort=False)[TS].diff().dropna().dt.total_seconds().unique()
+    if len(diffs) == 0:
+        raise DataContractError(
+            f"every series has a single point; to {purpose} a series needs at least two")
+    if len(diffs) != 1:
+        raise DataContractError(
+            f"every series of a panel needs the same step to {purpose}; got "
+            f"{sorted(int(d) for d in diffs)} s: derive them at one --freq")
+    return int(diffs[0])
+
+
 def format_freq(seconds: int) -> str:
     """Render a frequency in seconds the way users write it (``10min``, ``1h``, ``1d``)."""
     for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):

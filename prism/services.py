@@ -23,7 +23,6 @@ from prism.schema import PANEL_COLUMNS, SERIES_ID, split_series_id
 from prism.store import Store
 
 if TYPE_CHECKING:
-    from evaluation.reports.capacity import ReportData, ScopeSection
     from prism.batch import BatchReport
     from prism.capacity import CapacityPlan, Reservation, Watts
     from prism.config import Settings
@@ -31,6 +30,7 @@ if TYPE_CHECKING:
     from prism.forecasters.base import BaseForecaster
     from prism.generate import GeneratedTrace
     from prism.primitives.decompose import SeriesDecomposition
+    from prism.reports.capacity import ReportData, ScopeSection
     from prism.serving import ForecastServer, IngestOutcome, ServedForecast
 
 logger = logging.getLogger(__name__)
@@ -796,7 +796,7 @@ def decomposition_summary(store: Store, series_id: str, *, top: int = 5) -> dict
 # One core for the CLI (a model fitted in memory on the store) and the API (the forecast
 # server's cached models): each passes a function that forecasts the demand series; loading
 # capacities, reservations and history, planning (prism.capacity) and rendering
-# (evaluation.reports.capacity) are shared.
+# (prism.reports.capacity) are shared.
 
 #: Demand metrics a capacity plan forecasts per scope, preferred first.
 DEMAND_METRICS = ("gpu_demand", "gpus_in_use")
@@ -1075,8 +1075,8 @@ def write_capacity_report(
         ConfigError: for a bad output name or folder, or no Chromium with ``pdf``.
         SeriesNotFound / IngestError: as :func:`plan_cluster_capacity`.
     """
-    from evaluation.reports.capacity import render_html, write_pdf
     from prism.capacity import read_capacity_table
+    from prism.reports.capacity import render_html, write_pdf
 
     path = Path(output)
     if path.suffix.lower() not in (".html", ".htm"):
@@ -1108,7 +1108,7 @@ def capacity_report_html(
     Raises:
         SeriesNotFound / ConfigError / ModelNotReady: as :func:`capacity_plan`.
     """
-    from evaluation.reports.capacity import render_html
+    from prism.reports.capacity import render_html
 
     data = _report_data(store, [cluster] if cluster else None,
                         _served_forecasts(server, model, None), horizon=horizon,
@@ -1130,7 +1130,7 @@ def _report_data(
     """Gather the report: per cluster the plan, histories, decompositions, planning."""
     from datetime import UTC, datetime
 
-    from evaluation.reports.capacity import ClusterSection, ReportData
+    from prism.reports.capacity import ClusterSection, ReportData
 
     if clusters is None:
         every = store.list_series()
@@ -1156,9 +1156,9 @@ def _report_data(
 
 def _scope_sections(store: Store, plan: CapacityPlan) -> list[ScopeSection]:
     """History and decomposition of each planned scope (one dictionary per metric)."""
-    from evaluation.reports.capacity import ScopeSection
     from prism.errors import DataContractError
     from prism.primitives.decompose import decompose
+    from prism.reports.capacity import ScopeSection
 
     start = pd.Timestamp(plan.forecast["ts"].min())
     span = max(3 * (plan.forecast.groupby("series_id").size().max() * plan.freq_s), 86_400 * 3)
@@ -1194,7 +1194,7 @@ def _report_planning(store: Store, plan: CapacityPlan
     """The planning backtest the report shows for a cluster: the references and the cheap
     baselines run now on the planned series, plus the last saved ``prism backtest
     --planning`` rows of the cluster's series."""
-    from evaluation.planning import aggregate_plans, planning_backtest
+    from prism.evaluation.planning import aggregate_plans, planning_backtest
     from prism.forecasters import get_forecaster
 
     ids = [r.series_id for r in plan.rows]
@@ -1287,14 +1287,15 @@ def planning_from_backtest(
         ``(table, run_id)``: the totals per plan and block, and the saved run's id.
 
     Raises:
-        DataContractError / ConfigError: as :func:`evaluation.planning.planning_table`.
+        DataContractError / ConfigError: as :func:`prism.evaluation.planning.planning_table`.
     """
     import json
 
-    from evaluation.planning import planning_table
+    from prism.evaluation.planning import planning_table
     from prism.forecasters.base import horizon_steps
+    from prism.schema import panel_step_seconds
 
-    freq_s = int(panel.groupby("series_id")["ts"].diff().dropna().dt.total_seconds().min())
+    freq_s = panel_step_seconds(panel, purpose="be planned together")
     h = horizon_steps(horizon, freq_s)
     blocks = [b for b, s in (("1d", 86_400), ("1h", 3_600))
               if s % freq_s == 0 and h % (s // freq_s) == 0]

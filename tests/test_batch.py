@@ -16,10 +16,10 @@ import pandas as pd
 import psutil
 import pytest
 
-from evaluation.backtest import backtest
 from prism import batch
 from prism.cli import main
 from prism.errors import ConfigError, DataContractError, NotFittedError
+from prism.evaluation.backtest import backtest
 from prism.forecasters import BaseForecaster, get_forecaster
 from prism.forecasters.base import FloatArray
 from prism.store import Store

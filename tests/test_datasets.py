@@ -56,7 +56,7 @@ def _sha(data: bytes) -> str:
 
 
 def test_catalogue_loads_from_the_data_package() -> None:
-    raw = json.loads((resources.files("data") / "catalogue.json").read_text(encoding="utf-8"))
+    raw = json.loads((resources.files("prism") / "catalogue.json").read_text(encoding="utf-8"))
     datasets = list_datasets()
     assert len(datasets) == len(raw["datasets"]) >= 20
     assert all(isinstance(d, Dataset) for d in datasets)

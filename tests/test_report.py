@@ -11,9 +11,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from evaluation.reports.capacity import ReportData, render_html
 from prism.capacity import DISTRIBUTION_LEVELS, plan_capacity
 from prism.cli import main
+from prism.reports.capacity import ReportData, render_html
 from tests import chromium
 
 START = pd.Timestamp("2026-01-05")

@@ -43,12 +43,12 @@ statsforecast's ``Naive``, ``SeasonalNaive``, ``AutoETS``, ``AutoTheta`` and ``M
 through their own ``cross_validation`` on the same cutoffs (``sf-*``; needs the ``bench``
 extra: ``make bench-accuracy-references``).
 
-**Metrics** (:mod:`evaluation.metrics`, per panel and horizon): AvgRelMAE, the geometric
+**Metrics** (:mod:`prism.evaluation.metrics`, per panel and horizon): AvgRelMAE, the geometric
 mean over windows of each window's MAE over naive's, with a 95 % block-bootstrap interval
 ``[lo, hi]`` over cutoffs (1,000 replicates); MASE (mean over windows), WAPE (pooled), CRPS,
 90 % coverage and relative width, catastrophes (share of windows with an MAE above twice
 naive's), and fit + predict seconds per series and cutoff. The ablation table is each PRISM
-variant's paired ratio to ``prism`` (:func:`evaluation.metrics.relative_to`; above 1: turning
+variant's paired ratio to ``prism`` (:func:`prism.evaluation.metrics.relative_to`; above 1: turning
 that part off costs accuracy).
 
 **Targets** (checked on ``prism`` at horizons 1h, 6h, 1d; ``1d-daily`` is a view of 1d):
@@ -92,9 +92,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from evaluation.backtest import WINDOW, backtest, backtest_cutoffs
-from evaluation.metrics import evaluate, relative_mae, relative_to, summarize_windows
 from prism.errors import ConfigError
+from prism.evaluation.backtest import WINDOW, backtest, backtest_cutoffs
+from prism.evaluation.metrics import evaluate, relative_mae, relative_to, summarize_windows
 from prism.forecasters import FORECASTERS, get_forecaster
 from prism.forecasters.base import quantile_column
 from prism.forecasters.hybrid import PrismForecaster

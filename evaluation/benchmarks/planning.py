@@ -9,7 +9,7 @@ provisioned at one level per day (block ``1d``) or per hour (``1h``): the peak o
 forecast's quantile over the block, capped at the VC's capacity (the ``gpu_capacity``
 samples). The references are the static historical peak, yesterday's peak (and, hourly, the
 same hour yesterday) and the oracle (each block's actual peak). Definitions:
-:mod:`evaluation.planning`. Prints the table and writes ``evaluation/results/planning.csv``
+:mod:`prism.evaluation.planning`. Prints the table and writes ``evaluation/results/planning.csv``
 and ``planning.json``.
 """
 
@@ -45,7 +45,7 @@ def helios_panel(traces: Path = TRACES) -> tuple[pd.DataFrame, dict[str, float]]
 
 def main(argv: list[str] | None = None) -> int:
     """Run the planning backtest and write its table."""
-    from evaluation.planning import planning_backtest
+    from prism.evaluation.planning import planning_backtest
     from prism.forecasters import get_forecaster
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -67,7 +67,14 @@ import numpy.typing as npt
 import pandas as pd
 
 from prism.errors import ConfigError, DataContractError, NotFittedError
-from prism.schema import SERIES_ID, TS, VALUE, parse_duration, validate_panel
+from prism.schema import (
+    SERIES_ID,
+    TS,
+    VALUE,
+    panel_step_seconds,
+    parse_duration,
+    validate_panel,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -295,7 +302,7 @@ class BaseForecaster:
             raise NotFittedError(f"{type(self).__name__} has no shared parameters: call "
                                  "fit_shared(panel) or fit(panel) first")
         panel = _checked_panel(panel, "fit on")
-        freq_s = _panel_freq(panel)
+        freq_s = panel_step_seconds(panel, purpose="be fitted together")
         if freq_s != self.freq_s_:
             raise DataContractError(
                 f"the panel's step is {freq_s} s but the shared parameters were learned at "
@@ -315,7 +322,7 @@ class BaseForecaster:
 
     def _take_series(self, panel: pd.DataFrame) -> dict[str, FloatArray]:
         """Set the per-series state of a checked panel; return what ``_fit`` learns from."""
-        self.freq_s_ = _panel_freq(panel)
+        self.freq_s_ = panel_step_seconds(panel, purpose="be fitted together")
         groups = {str(sid): g for sid, g in panel.groupby(SERIES_ID, sort=True)}
         self.series_ids_ = sorted(groups)
         self.first_ts_ = {sid: pd.Timestamp(g[TS].iloc[0]) for sid, g in groups.items()}
@@ -628,16 +635,6 @@ def _checked_panel(panel: pd.DataFrame, verb: str) -> pd.DataFrame:
         raise DataContractError(f"series {short!r} has fewer than two points to fit on")
     return panel
 
-
-def _panel_freq(panel: pd.DataFrame) -> int:
-    diffs = panel.groupby(SERIES_ID)[TS].diff().dropna()
-    freqs = diffs.dt.total_seconds().unique()
-    if len(freqs) != 1:
-        raise DataContractError(
-            "every series of a panel needs the same step to be fitted together; got "
-            f"{sorted(int(f) for f in freqs)} s"
-        )
-    return int(freqs[0])
 
 
 def _calibration(history: FloatArray, ends: npt.NDArray[np.int64], paths: Paths,

@@ -41,7 +41,7 @@ from prism.primitives.structure import (
     robust_trend,
 )
 from prism.primitives.types import Burst, LevelShift, Period
-from prism.schema import SERIES_ID, TS, VALUE, validate_panel
+from prism.schema import SERIES_ID, TS, VALUE, panel_step_seconds, validate_panel
 
 logger = logging.getLogger(__name__)
 
@@ -149,13 +149,6 @@ class Decomposition:
         return pd.concat(frames, ignore_index=True)[cols]
 
 
-def _freq_seconds(panel: pd.DataFrame) -> int:
-    ts = panel[TS].drop_duplicates().sort_values()
-    if len(ts) < 2:
-        raise DataContractError("a panel needs at least two timestamps to decompose")
-    return int(round(float(np.median(np.diff(ts.to_numpy()).astype("timedelta64[s]")
-                                           .astype(np.int64)))))
-
 
 def _series_arrays(panel: pd.DataFrame) -> dict[str, tuple[pd.DatetimeIndex, np.ndarray]]:
     out: dict[str, tuple[pd.DatetimeIndex, np.ndarray]] = {}
@@ -181,7 +174,7 @@ def fit_dictionary(
         DataContractError: when the panel is not a regular panel or too short.
     """
     panel = validate_panel(panel)
-    freq_s = _freq_seconds(panel)
+    freq_s = panel_step_seconds(panel, purpose="be decomposed")
     arrays = [values for _, values in _series_arrays(panel).values()]
     return learn_dictionary(arrays, freq_s=freq_s, n_atoms=n_atoms, sparsity=sparsity,
                             lookback=lookback, horizon=horizon, random_state=random_state)
@@ -338,7 +331,7 @@ def decompose(
         DataContractError: for a panel that breaks the contract.
     """
     panel = validate_panel(panel)
-    freq_s = _freq_seconds(panel)
+    freq_s = panel_step_seconds(panel, purpose="be decomposed")
     if dictionary is None:
         dictionary = fit_dictionary(panel, random_state=random_state)
     arrays = _series_arrays(panel)

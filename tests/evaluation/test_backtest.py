@@ -1,4 +1,4 @@
-"""Tests of the rolling-origin backtest (evaluation/backtest.py)."""
+"""Tests of the rolling-origin backtest (prism/evaluation/backtest.py)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import evaluation.backtest as bt
-from evaluation.backtest import backtest, backtest_cutoffs
+import prism.evaluation.backtest as bt
 from prism.errors import ConfigError, DataContractError
+from prism.evaluation.backtest import backtest, backtest_cutoffs
 from prism.forecasters import get_forecaster
 from prism.forecasters.base import DEFAULT_QUANTILES
 from prism.forecasters.baselines import NaiveForecaster
@@ -62,7 +62,7 @@ def test_a_short_series_raises_with_the_points_it_needs_or_is_skipped(
     need = 6 + 2 * 3 + 2  # horizon + (windows - 1) * step + 2 to fit on
     with pytest.raises(DataContractError, match=rf"'c/short/m' has 12 points.*at least {need}"):
         backtest_cutoffs(panel, horizon=6, windows=3, step=3)
-    with caplog.at_level(logging.WARNING, logger="evaluation.backtest"):
+    with caplog.at_level(logging.WARNING, logger="prism.evaluation.backtest"):
         out = backtest(get_forecaster("naive"), panel, horizon=6, windows=3, step=3,
                        on_short="skip")
     assert "c/short/m" in caplog.text

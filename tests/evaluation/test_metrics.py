@@ -1,4 +1,4 @@
-"""Tests of the forecast metrics (evaluation/metrics.py): oracles, references, invariants."""
+"""Tests of the forecast metrics (prism/evaluation/metrics.py): oracles, references, invariants."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from scipy import stats
 
-from evaluation.backtest import backtest
-from evaluation.metrics import (
+from prism.errors import ConfigError, DataContractError
+from prism.evaluation.backtest import backtest
+from prism.evaluation.metrics import (
     avg_rel_mae,
     burst_mse,
     burst_threshold,
@@ -38,7 +39,6 @@ from evaluation.metrics import (
     under_provisioning_rate,
     wape,
 )
-from prism.errors import ConfigError, DataContractError
 from prism.forecasters import get_forecaster
 
 T0 = pd.Timestamp("2026-01-05")
@@ -232,7 +232,7 @@ def test_summary_excludes_and_counts_windows_without_a_mase(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     panel, frame = hand_case()
-    with caplog.at_level(logging.INFO, logger="evaluation.metrics"):
+    with caplog.at_level(logging.INFO, logger="prism.evaluation.metrics"):
         evaluate(frame, panel, season=2)
     assert "undefined" in caplog.text
     out = summary(frame, panel, season=2).iloc[0]

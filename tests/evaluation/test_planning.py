@@ -8,7 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from evaluation.planning import (
+from prism.errors import ConfigError, DataContractError
+from prism.evaluation.planning import (
     ORACLE,
     SAME_BLOCK,
     STATIC,
@@ -17,7 +18,6 @@ from evaluation.planning import (
     planning_table,
     window_rows,
 )
-from prism.errors import ConfigError, DataContractError
 from prism.forecasters import get_forecaster
 
 #: Four days of 6-hour steps: the last two are replayed.

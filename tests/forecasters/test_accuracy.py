@@ -14,8 +14,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from evaluation.backtest import backtest
-from evaluation.metrics import avg_rel_mae, evaluate, summary
+from prism.evaluation.backtest import backtest
+from prism.evaluation.metrics import avg_rel_mae, evaluate, summary
 from prism.forecasters import FORECASTERS, get_forecaster
 from prism.ingest.pipeline import ingest
 from prism.store import Store

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from evaluation.backtest import backtest
+from prism.evaluation.backtest import backtest
 from prism.forecasters import get_forecaster
 from prism.forecasters.stacking import NaiveAnchoredStacker, StackingData
 from prism.primitives.jumps import AWAY, TOWARD, jump_events, jump_state

@@ -96,7 +96,7 @@ class ClusterSection:
         cluster: the cluster.
         plan: its capacity plan (rows, per-step needs, the forecast used).
         scopes: one section per scope of the plan.
-        planning: the planning backtest totals (``evaluation.planning`` columns), or ``None``.
+        planning: the planning backtest totals (``prism.evaluation.planning`` columns), or ``None``.
         planning_by_series: the same per series.
         planning_note: how the planning backtest was run, or why there is none.
     """

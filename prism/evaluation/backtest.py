@@ -29,7 +29,7 @@ import pandas as pd
 from prism.errors import ConfigError, DataContractError
 from prism.forecasters import BaseForecaster, clone
 from prism.forecasters.base import horizon_steps, quantile_column
-from prism.schema import SERIES_ID, TS, VALUE, validate_panel
+from prism.schema import SERIES_ID, TS, VALUE, panel_step_seconds, validate_panel
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +41,19 @@ WINDOW = "window"
 MIN_TRAIN = 2
 
 Progress = Callable[[int, int], None]
+
+
+def cutoff_positions(n: int, h: int, s: int, windows: int) -> list[int]:
+    """Positions of the cutoffs of a series of ``n`` points (empty when it is too short).
+
+    Window ``w`` has its cutoff at ``n - 1 - h - (windows - 1 - w) * s``: the last window's
+    forecast of ``h`` steps ends at the last point, as statsforecast's ``cross_validation``
+    places them; the earliest keeps at least ``MIN_TRAIN`` points to fit on. The one cutoff
+    rule: :func:`backtest_cutoffs` and the batch engine both use it.
+    """
+    if n < h + (windows - 1) * s + MIN_TRAIN:
+        return []
+    return [n - 1 - h - (windows - 1 - w) * s for w in range(windows)]
 
 
 def backtest_cutoffs(
@@ -95,9 +108,8 @@ def backtest_cutoffs(
             logger.warning("%s; skipped", reason)
             continue
         ts = group[TS].to_numpy()
-        for w in range(windows):
-            rows.append({SERIES_ID: str(sid), WINDOW: w,
-                         CUTOFF: ts[n - 1 - h - (windows - 1 - w) * s]})
+        for w, position in enumerate(cutoff_positions(n, h, s, windows)):
+            rows.append({SERIES_ID: str(sid), WINDOW: w, CUTOFF: ts[position]})
     if not rows:
         raise DataContractError(
             f"no series is long enough for {windows} window(s) of {h} step(s), {s} apart; "
@@ -159,7 +171,7 @@ def backtest(
                             on_short=on_short)
     h, _ = _steps(panel, horizon, windows, step)
     panel = panel[panel[SERIES_ID].isin(cuts[SERIES_ID].unique())].reset_index(drop=True)
-    freq = pd.Timedelta(seconds=_freq_seconds(panel))
+    freq = pd.Timedelta(seconds=panel_step_seconds(panel, purpose="be backtested together"))
     by_window = [cuts[cuts[WINDOW] == w].set_index(SERIES_ID)[CUTOFF] for w in range(windows)]
     total = len(models) * windows
     done = 0
@@ -231,23 +243,11 @@ def _steps(panel: pd.DataFrame, horizon: int | str, windows: int,
     """``(horizon, step)`` in steps of the panel's frequency."""
     if isinstance(windows, bool) or not isinstance(windows, int | np.integer) or windows < 1:
         raise ConfigError(f"windows must be a whole number >= 1, got {windows!r}")
-    freq_s = _freq_seconds(panel)
+    freq_s = panel_step_seconds(panel, purpose="be backtested together")
     h = horizon_steps(horizon, freq_s)
     s = h if step is None else horizon_steps(step, freq_s)
     return h, s
 
-
-def _freq_seconds(panel: pd.DataFrame) -> int:
-    """The one step of a sorted panel, in seconds."""
-    diffs = panel.groupby(SERIES_ID)[TS].diff().dropna().dt.total_seconds().unique()
-    if len(diffs) == 0:
-        raise DataContractError("every series has a single point; a backtest needs more")
-    if len(diffs) != 1:
-        raise DataContractError(
-            "every series of a backtest needs the same step; got "
-            f"{sorted(int(d) for d in diffs)} s: derive them at one --freq"
-        )
-    return int(diffs[0])
 
 
 def _cutoff_of_rows(panel: pd.DataFrame, cutoff: pd.Series) -> pd.Series:

@@ -1,7 +1,7 @@
 """Planning backtests: replay the last days, provision from day-ahead forecasts, count the cost.
 
 Each replayed day (a backtest window of one ``horizon`` after its cutoff, see
-:func:`evaluation.backtest.backtest`) each series (a VC's GPUs in use) gets one provisioned
+:func:`prism.evaluation.backtest.backtest`) each series (a VC's GPUs in use) gets one provisioned
 level per block of the window (``1d``: one level for the day; ``1h``: 24 levels), set before
 the window starts. The plans compared:
 
@@ -39,11 +39,18 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from evaluation.backtest import CUTOFF, MODEL, backtest, backtest_cutoffs
 from prism.errors import ConfigError, DataContractError
+from prism.evaluation.backtest import CUTOFF, MODEL, backtest, backtest_cutoffs
 from prism.forecasters import BaseForecaster
 from prism.forecasters.base import horizon_steps, quantile_column
-from prism.schema import SERIES_ID, TS, VALUE, parse_duration, validate_panel
+from prism.schema import (
+    SERIES_ID,
+    TS,
+    VALUE,
+    panel_step_seconds,
+    parse_duration,
+    validate_panel,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -76,16 +83,16 @@ def window_rows(panel: pd.DataFrame, *, horizon: int | str, windows: int,
                 step: int | str | None = None) -> pd.DataFrame:
     """The replayed steps without any forecast: ``series_id, ts, cutoff, value``.
 
-    The cutoffs are those of :func:`evaluation.backtest.backtest_cutoffs` (short series are
+    The cutoffs are those of :func:`prism.evaluation.backtest.backtest_cutoffs` (short series are
     skipped), so a model's backtest frame over the same panel has the same rows.
 
     Raises:
-        DataContractError / ConfigError: as :func:`evaluation.backtest.backtest_cutoffs`.
+        DataContractError / ConfigError: as :func:`prism.evaluation.backtest.backtest_cutoffs`.
     """
     panel = validate_panel(panel)
     cuts = backtest_cutoffs(panel, horizon=horizon, windows=windows, step=step,
                             on_short="skip")
-    freq = _freq(panel)
+    freq = _step(panel)
     h = horizon_steps(horizon, int(freq.total_seconds()))
     offsets = pd.to_timedelta(np.arange(1, h + 1) * freq.value, unit="ns")
     rows = cuts.loc[cuts.index.repeat(h), [SERIES_ID, CUTOFF]].reset_index(drop=True)
@@ -122,7 +129,7 @@ def plan_levels(
         DataContractError: for a missing quantile column.
     """
     panel = validate_panel(panel)
-    freq = _freq(panel)
+    freq = _step(panel)
     freq_s = int(freq.total_seconds())
     h = horizon_steps(horizon, freq_s)
     b = horizon_steps(block, freq_s)
@@ -222,7 +229,7 @@ def planning_table(
     """
     if frame.empty:
         raise DataContractError("the backtest frame is empty; nothing to plan")
-    freq_s = int(_freq(validate_panel(panel)).total_seconds())
+    freq_s = panel_step_seconds(validate_panel(panel), purpose="be planned together")
     models = list(pd.unique(frame[MODEL])) if MODEL in frame.columns else []
     base = frame if not models else frame[frame[MODEL] == models[0]]
     parts = []
@@ -305,7 +312,7 @@ def planning_backtest(
         The :class:`PlanningResult`.
 
     Raises:
-        DataContractError / ConfigError: as :func:`evaluation.backtest.backtest` and
+        DataContractError / ConfigError: as :func:`prism.evaluation.backtest.backtest` and
             :func:`planning_table`.
     """
     levels = sorted({*(float(q) for q in quantiles), 0.5})
@@ -320,12 +327,8 @@ def planning_backtest(
 
 
 # -- helpers ------------------------------------------------------------------------------------
-def _freq(panel: pd.DataFrame) -> pd.Timedelta:
-    diffs = panel.groupby(SERIES_ID)[TS].diff().dropna().unique()
-    if len(diffs) != 1:
-        raise DataContractError("a planning backtest needs every series at one step; derive "
-                                "them at one --freq")
-    return pd.Timedelta(diffs[0])
+def _step(panel: pd.DataFrame) -> pd.Timedelta:
+    return pd.Timedelta(seconds=panel_step_seconds(panel, purpose="be planned together"))
 
 
 def _same(block: str, horizon: str | int) -> bool:

@@ -2,7 +2,7 @@
 
 Array functions take actuals ``y`` and forecasts ``f`` (same shape) and return one number;
 frame functions take a backtest frame (``series_id, ts, cutoff, model, mean, p.., value``, see
-:func:`evaluation.backtest.backtest`) and the panel it was run on (the in-sample history that
+:func:`prism.evaluation.backtest.backtest`) and the panel it was run on (the in-sample history that
 scales MASE and sets the burst threshold before each cutoff) and return tidy tables:
 
 - :func:`evaluate`: one row per ``(model, series_id, cutoff)`` window;
@@ -53,7 +53,7 @@ import pandas as pd
 
 from prism.errors import ConfigError, DataContractError
 from prism.forecasters.base import horizon_steps, quantile_column
-from prism.schema import SERIES_ID, TS, VALUE, validate_panel
+from prism.schema import SERIES_ID, TS, VALUE, panel_step_seconds, validate_panel
 
 logger = logging.getLogger(__name__)
 
@@ -876,10 +876,7 @@ def _history_stats(
 
 
 def _season_steps(series: pd.DataFrame, season: int | str) -> int:
-    diffs = series[TS].diff().dropna()
-    if diffs.empty:
-        raise DataContractError(f"series {series[SERIES_ID].iloc[0]!r} has a single point")
-    return horizon_steps(season, int(diffs.iloc[0].total_seconds()))
+    return horizon_steps(season, panel_step_seconds(series, purpose="scale errors"))
 
 
 def _coverage_levels(levels: dict[float, str], wanted: Sequence[float] | None) -> list[float]:
