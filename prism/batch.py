@@ -99,7 +99,7 @@ from prism.forecasters.base import (
 )
 from prism.forecasters.baselines import NaiveForecaster, SeasonalNaiveForecaster
 from prism.registry import SeriesModels, save_model
-from prism.schema import SERIES_ID, TS, VALUE, panel_step_seconds
+from prism.schema import SERIES_ID, TS, VALUE, panel_freq
 
 if TYPE_CHECKING:
     from prism.store import Store
@@ -878,7 +878,7 @@ def _shared_parts(model: BaseForecaster, panel: pd.DataFrame, task: str, *,
     for sid, g in groups.items():
         if len(g) < 2:
             continue
-        freq_s = panel_step_seconds(g, purpose="be backtested")
+        freq_s = panel_freq(g, purpose="be backtested")
         positions = backtest_positions(len(g), freq_s, horizon=horizon, windows=windows,
                                        step=step)
         if positions is not None:

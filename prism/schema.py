@@ -203,7 +203,7 @@ def freq_seconds(freq: str) -> int:
     return int(seconds)
 
 
-def panel_step_seconds(panel: pd.DataFrame, *, purpose: str = "be used together") -> int:
+def panel_freq(panel: pd.DataFrame, *, purpose: str = "be used together") -> int:
     """The one step (seconds) between consecutive points of every series of a sorted panel.
 
     The one place a panel's frequency is read: forecasters, backtests, planning, the batch

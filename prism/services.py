@@ -1293,9 +1293,9 @@ def planning_from_backtest(
 
     from prism.evaluation.planning import planning_table
     from prism.forecasters.base import horizon_steps
-    from prism.schema import panel_step_seconds
+    from prism.schema import panel_freq
 
-    freq_s = panel_step_seconds(panel, purpose="be planned together")
+    freq_s = panel_freq(panel, purpose="be planned together")
     h = horizon_steps(horizon, freq_s)
     blocks = [b for b, s in (("1d", 86_400), ("1h", 3_600))
               if s % freq_s == 0 and h % (s // freq_s) == 0]

@@ -29,7 +29,7 @@ import pandas as pd
 from prism.errors import ConfigError, DataContractError
 from prism.forecasters import BaseForecaster, clone
 from prism.forecasters.base import horizon_steps, quantile_column
-from prism.schema import SERIES_ID, TS, VALUE, panel_step_seconds, validate_panel
+from prism.schema import SERIES_ID, TS, VALUE, panel_freq, validate_panel
 
 logger = logging.getLogger(__name__)
 
@@ -171,7 +171,7 @@ def backtest(
                             on_short=on_short)
     h, _ = _steps(panel, horizon, windows, step)
     panel = panel[panel[SERIES_ID].isin(cuts[SERIES_ID].unique())].reset_index(drop=True)
-    freq = pd.Timedelta(seconds=panel_step_seconds(panel, purpose="be backtested together"))
+    freq = pd.Timedelta(seconds=panel_freq(panel, purpose="be backtested together"))
     by_window = [cuts[cuts[WINDOW] == w].set_index(SERIES_ID)[CUTOFF] for w in range(windows)]
     total = len(models) * windows
     done = 0
@@ -243,7 +243,7 @@ def _steps(panel: pd.DataFrame, horizon: int | str, windows: int,
     """``(horizon, step)`` in steps of the panel's frequency."""
     if isinstance(windows, bool) or not isinstance(windows, int | np.integer) or windows < 1:
         raise ConfigError(f"windows must be a whole number >= 1, got {windows!r}")
-    freq_s = panel_step_seconds(panel, purpose="be backtested together")
+    freq_s = panel_freq(panel, purpose="be backtested together")
     h = horizon_steps(horizon, freq_s)
     s = h if step is None else horizon_steps(step, freq_s)
     return h, s

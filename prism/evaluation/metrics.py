@@ -53,7 +53,7 @@ import pandas as pd
 
 from prism.errors import ConfigError, DataContractError
 from prism.forecasters.base import horizon_steps, quantile_column
-from prism.schema import SERIES_ID, TS, VALUE, panel_step_seconds, validate_panel
+from prism.schema import SERIES_ID, TS, VALUE, panel_freq, validate_panel
 
 logger = logging.getLogger(__name__)
 
@@ -876,7 +876,7 @@ def _history_stats(
 
 
 def _season_steps(series: pd.DataFrame, season: int | str) -> int:
-    return horizon_steps(season, panel_step_seconds(series, purpose="scale errors"))
+    return horizon_steps(season, panel_freq(series, purpose="scale errors"))
 
 
 def _coverage_levels(levels: dict[float, str], wanted: Sequence[float] | None) -> list[float]:

@@ -47,7 +47,7 @@ from prism.schema import (
     SERIES_ID,
     TS,
     VALUE,
-    panel_step_seconds,
+    panel_freq,
     parse_duration,
     validate_panel,
 )
@@ -229,7 +229,7 @@ def planning_table(
     """
     if frame.empty:
         raise DataContractError("the backtest frame is empty; nothing to plan")
-    freq_s = panel_step_seconds(validate_panel(panel), purpose="be planned together")
+    freq_s = panel_freq(validate_panel(panel), purpose="be planned together")
     models = list(pd.unique(frame[MODEL])) if MODEL in frame.columns else []
     base = frame if not models else frame[frame[MODEL] == models[0]]
     parts = []
@@ -328,7 +328,7 @@ def planning_backtest(
 
 # -- helpers ------------------------------------------------------------------------------------
 def _step(panel: pd.DataFrame) -> pd.Timedelta:
-    return pd.Timedelta(seconds=panel_step_seconds(panel, purpose="be planned together"))
+    return pd.Timedelta(seconds=panel_freq(panel, purpose="be planned together"))
 
 
 def _same(block: str, horizon: str | int) -> bool:

@@ -71,7 +71,7 @@ from prism.schema import (
     SERIES_ID,
     TS,
     VALUE,
-    panel_step_seconds,
+    panel_freq,
     parse_duration,
     validate_panel,
 )
@@ -302,7 +302,7 @@ class BaseForecaster:
             raise NotFittedError(f"{type(self).__name__} has no shared parameters: call "
                                  "fit_shared(panel) or fit(panel) first")
         panel = _checked_panel(panel, "fit on")
-        freq_s = panel_step_seconds(panel, purpose="be fitted together")
+        freq_s = panel_freq(panel, purpose="be fitted together")
         if freq_s != self.freq_s_:
             raise DataContractError(
                 f"the panel's step is {freq_s} s but the shared parameters were learned at "
@@ -322,7 +322,7 @@ class BaseForecaster:
 
     def _take_series(self, panel: pd.DataFrame) -> dict[str, FloatArray]:
         """Set the per-series state of a checked panel; return what ``_fit`` learns from."""
-        self.freq_s_ = panel_step_seconds(panel, purpose="be fitted together")
+        self.freq_s_ = panel_freq(panel, purpose="be fitted together")
         groups = {str(sid): g for sid, g in panel.groupby(SERIES_ID, sort=True)}
         self.series_ids_ = sorted(groups)
         self.first_ts_ = {sid: pd.Timestamp(g[TS].iloc[0]) for sid, g in groups.items()}

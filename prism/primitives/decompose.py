@@ -41,7 +41,7 @@ from prism.primitives.structure import (
     robust_trend,
 )
 from prism.primitives.types import Burst, LevelShift, Period
-from prism.schema import SERIES_ID, TS, VALUE, panel_step_seconds, validate_panel
+from prism.schema import SERIES_ID, TS, VALUE, panel_freq, validate_panel
 
 logger = logging.getLogger(__name__)
 
@@ -174,7 +174,7 @@ def fit_dictionary(
         DataContractError: when the panel is not a regular panel or too short.
     """
     panel = validate_panel(panel)
-    freq_s = panel_step_seconds(panel, purpose="be decomposed")
+    freq_s = panel_freq(panel, purpose="be decomposed")
     arrays = [values for _, values in _series_arrays(panel).values()]
     return learn_dictionary(arrays, freq_s=freq_s, n_atoms=n_atoms, sparsity=sparsity,
                             lookback=lookback, horizon=horizon, random_state=random_state)
@@ -331,7 +331,7 @@ def decompose(
         DataContractError: for a panel that breaks the contract.
     """
     panel = validate_panel(panel)
-    freq_s = panel_step_seconds(panel, purpose="be decomposed")
+    freq_s = panel_freq(panel, purpose="be decomposed")
     if dictionary is None:
         dictionary = fit_dictionary(panel, random_state=random_state)
     arrays = _series_arrays(panel)
