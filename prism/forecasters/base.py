@@ -6,34 +6,19 @@ Hyperparameters are keyword-only ``__init__`` arguments stored as given; learned
 model, mean`` and one ``p{percent}`` column per quantile, quantiles never crossing and never
 below 0 (GPU demand is not negative).
 
-A subclass writes two hooks:
+A subclass writes two hooks, abstract here:
 
 - ``_fit(values)`` learns its parameters from each series' history (a dict of arrays);
 - ``_forecast_many(series_id, history, ends, steps)`` forecasts ``steps`` steps from each
-  origin ``e`` in ``ends`` using ``history[:e]`` only and the learned parameters (the default
-  loops over ``_forecast(series_id, history[:e], steps)``).
+  origin ``e`` in ``ends`` using ``history[:e]`` only and the learned parameters.
 
 Everything else is shared, so every model gets it the same way:
 
 **Conformal quantiles.** ``fit`` holds out the last ``calibration_window`` of each series (at
-most a third of it): the parameters are learned on what comes before, then the model forecasts
-from origins spread over the held-out tail, from data before each origin only. The signed
-errors of those out-of-sample forecasts, pooled in blocks of horizon steps that widen with the
-step, give each quantile's offset from the point forecast (split conformal prediction, per
-horizon step). Models with native quantiles (``native_levels``) are calibrated the same way
-on their own quantiles (conformalised quantile regression): the offset of level ``q`` is the
-``q``-quantile of ``y - yhat_q``. The final forecast continues from the end of the whole
-history with the parameters learned on the prefix: nothing is fitted twice.
-
-**Drift correction.** Errors of the held-out tail are exchangeable with the future's only if
-the series' volatility has not moved, and GPU demand's does (a VC fills up, a queue forms). So
-the errors of the latest third of the calibration origins check the tail's bands (the latest
-regime weighs twice): per horizon group (up to 1 h, 6 h, 1 d, beyond) and per series (so a
-series is calibrated the same in any batch), the factor by which the central 90 % band would
-have to stretch (or could shrink) around the median to hold 90 % of those origins' errors
-scales every level's offset from the median (clipped to 0.5-4). On a synthetic panel whose
-volatility triples four days before the backtest, the 90 % bands cover 88-92 % with it
-(``tests/forecasters/test_stacking.py``).
+most a third of it) and learns the parameters on what comes before; the model's forecasts from
+origins in the held-out tail calibrate its quantiles, corrected for a drift of the series'
+volatility (:mod:`prism.forecasters.conformal`). The final forecast continues from the end of
+the whole history with the parameters learned on the prefix: nothing is fitted twice.
 
 **Online update.** ``update(new_points)`` appends fresh points, recalibrates on the new tail and
 checks each updated series' rolling error (day-ahead forecasts through the last
@@ -41,6 +26,10 @@ checks each updated series' rolling error (day-ahead forecasts through the last
 the fallback's by more than ``fallback_margin`` is served by the fallback (logged, with the
 numbers) until the model is back within half the margin. Parameters are never refitted by
 ``update``: the last good version is the fitted one, and a refit is an explicit ``fit``.
+The fallback is part of this protocol, not a composite wrapped around a model
+(:mod:`prism.forecasters.compose`): every fitted forecaster, saved ones included, carries its
+``fallback_`` and serves it from ``forecast_arrays``, and the fallback is scored and calibrated
+on the model's own history, origins and calibration tail.
 
 **Global models at scale.** A global model (``global_model``) learns parameters that all series
 share (the hybrid's dictionary and RNN, a recurrent network, boosted trees) and possibly some
@@ -54,8 +43,8 @@ and ``_fit_local`` (see the hybrid).
 
 from __future__ import annotations
 
+import abc
 import copy
-import dataclasses
 import inspect
 import logging
 from collections.abc import Sequence
@@ -67,6 +56,14 @@ import numpy.typing as npt
 import pandas as pd
 
 from prism.errors import ConfigError, DataContractError, NotFittedError
+from prism.forecasters.conformal import (
+    MAX_HOLDOUT_SHARE,
+    Calibration,
+    bands,
+    calibrate,
+    calibration_offsets,
+    calibration_origins,
+)
 from prism.schema import (
     SERIES_ID,
     TS,
@@ -78,30 +75,13 @@ from prism.schema import (
 
 logger = logging.getLogger(__name__)
 
+# Calibration stays importable from here: models pickled before conformal.py existed refer to
+# prism.forecasters.base.Calibration.
+__all__ = ["DEFAULT_QUANTILES", "BaseForecaster", "Calibration", "FloatArray", "Paths",
+           "check_quantiles", "clone", "horizon_steps", "quantile_column"]
+
 FloatArray = npt.NDArray[np.float64]
 DEFAULT_QUANTILES = (0.5, 0.9)
-#: Quantile levels at which calibration offsets are kept; requested levels are interpolated.
-LEVELS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.7, 0.75,
-          0.8, 0.85, 0.9, 0.95, 0.975, 0.99, 0.995)
-#: Horizon steps are pooled in blocks whose width grows with the step (1, 2, 3, 4, 5-6, 7-8,
-#: ...): near steps need their own offsets, far steps share errors that change slowly.
-_BLOCK_EDGES = np.array([1, 2, 3, 4, 5, 7, 9, 13, 17, 25, 33, 49, 65, 97, 129, 193, 257, 385,
-                         513, 769, 1025, 1537, 2049, 3073, 4097, 6145, 8193])
-#: A block needs this many residuals to get its own offsets; later steps extrapolate the last
-#: block that has them, widened with the square root of the step.
-MIN_BLOCK_RESIDUALS = 24
-#: At most this many calibration origins per series (spread evenly over the held-out tail).
-MAX_ORIGINS = 72
-#: The tail held out for calibration is at most this share of a series.
-MAX_HOLDOUT_SHARE = 1 / 3
-#: The central interval whose coverage the bands' drift correction tracks.
-TRACKED_LEVEL = 0.9
-#: Horizon groups (upper edges in seconds ahead) with a drift correction of their own.
-_DRIFT_GROUPS_S = (3_600, 21_600, 86_400)
-#: The drift correction widens bands at most 4-fold and narrows them at most to half.
-_DRIFT_CLIP = (0.5, 4.0)
-#: The origins after this share of the calibration origins check the bands.
-_DRIFT_SPLIT = 2 / 3
 
 
 def quantile_column(q: float) -> str:
@@ -146,7 +126,7 @@ def check_quantiles(quantiles: Sequence[float]) -> list[float]:
 
 @dataclass
 class Paths:
-    """Forecasts from several origins.
+    """Forecasts from several origins (what :meth:`BaseForecaster._forecast_many` returns).
 
     Attributes:
         mean: ``(n_origins, steps)`` point forecasts.
@@ -156,28 +136,6 @@ class Paths:
 
     mean: FloatArray
     quantiles: FloatArray | None = None
-
-
-@dataclass
-class Calibration:
-    """Conformal offsets of one series, by block of horizon steps and quantile level.
-
-    Attributes:
-        centers: ``(n_blocks,)`` representative step of each block with enough residuals.
-        levels: the quantile levels of ``offsets``' columns.
-        offsets: ``(n_blocks, n_levels)`` offset of each level from its base forecast (the
-            mean, or the native quantile of the same level).
-        n_residuals: residuals behind each block.
-        one_step: the one-step-ahead errors at the calibration origins (for reconciliation).
-        origins: the origins (indices into the history) those errors come from.
-    """
-
-    centers: FloatArray
-    levels: FloatArray
-    offsets: FloatArray
-    n_residuals: npt.NDArray[np.int64]
-    one_step: FloatArray
-    origins: npt.NDArray[np.int64]
 
 
 def _seasonal_naive_paths(history: FloatArray, ends: npt.NDArray[np.int64], steps: int,
@@ -192,8 +150,8 @@ def _seasonal_naive_paths(history: FloatArray, ends: npt.NDArray[np.int64], step
     return out
 
 
-class BaseForecaster:
-    """Base of every forecaster; subclasses set ``alias`` and write ``_fit``/``_forecast``.
+class BaseForecaster(abc.ABC):
+    """Base of every forecaster; subclasses set ``alias`` and write ``_fit``/``_forecast_many``.
 
     Class attributes (capabilities and shared settings, not hyperparameters):
         alias: the registry name.
@@ -393,9 +351,9 @@ class BaseForecaster:
         if not qs:
             return mean, np.zeros((steps, 0))
         native = paths.quantiles[0] if paths.quantiles is not None else None
-        bands = _bands(mean, native, self.native_levels, calibration, steps, qs)
-        bands = np.maximum.accumulate(np.maximum(bands, 0.0), axis=1)  # never cross, never < 0
-        return mean, bands
+        out = bands(mean, native, self.native_levels, calibration, steps, qs)
+        out = np.maximum.accumulate(np.maximum(out, 0.0), axis=1)  # never cross, never < 0
+        return mean, out
 
     def update(self, new_points: pd.DataFrame) -> Self:
         """Absorb fresh points of fitted series without refitting the parameters.
@@ -480,15 +438,10 @@ class BaseForecaster:
 
     def _origins(self, series_id: str) -> npt.NDArray[np.int64]:
         n = len(self.history_[series_id])
-        holdout = self._holdout(n)
-        start = max(n - holdout, 1)
-        count = min(MAX_ORIGINS, n - start)
-        if count < 1:
-            return np.zeros(0, dtype=np.int64)
-        return np.unique(np.linspace(start, n - 1, count).round().astype(np.int64))
+        return calibration_origins(n, self._holdout(n))
 
     def _calibrate(self, series_id: str) -> None:
-        """Conformal offsets of one series, with its drift correction (module docstring).
+        """Conformal offsets of one series, with its drift correction (:mod:`.conformal`).
 
         The correction is the series' own, so a series is calibrated the same whichever
         other series share its fit (``fit`` and the batch engine's chunks agree).
@@ -501,27 +454,12 @@ class BaseForecaster:
             return
         steps = int(len(history) - ends[0])
         paths = self._paths(series_id, history, ends, steps)
-        calibration = _calibration(history, ends, paths, self.native_levels)
-        factors = np.ones(len(_DRIFT_GROUPS_S) + 1)
-        if not self.native_levels:
-            for g, need in enumerate(_spread_needs(history, ends, paths, self.freq_s_)):
-                if len(need) >= MIN_BLOCK_RESIDUALS:
-                    factors[g] = float(np.clip(np.quantile(need, TRACKED_LEVEL), *_DRIFT_CLIP))
-            calibration = self._rescaled(calibration, factors)
+        calibration, factors = calibrate(history, ends, paths.mean, paths.quantiles,
+                                         self.native_levels, self.freq_s_)
         if not hasattr(self, "spread_scale_"):
             self.spread_scale_ = {}
         self.spread_scale_[series_id] = factors
         self.calibration_[series_id] = calibration
-
-    def _rescaled(self, calibration: Calibration, factors: FloatArray) -> Calibration:
-        """Offsets moved from the median by the drift correction of their horizon group."""
-        if len(calibration.centers) == 0:
-            return calibration
-        groups = _drift_group(calibration.centers, self.freq_s_)
-        median = _at_level(0.5, calibration.levels, calibration.offsets)
-        offsets = median[:, None] + factors[groups][:, None] * (
-            calibration.offsets - median[:, None])
-        return dataclasses.replace(calibration, offsets=offsets)
 
     def _fallback_paths(self, history: FloatArray, ends: npt.NDArray[np.int64],
                         steps: int) -> FloatArray:
@@ -533,8 +471,8 @@ class BaseForecaster:
         if len(ends) == 0:
             return None
         steps = int(len(history) - ends[0])
-        return _calibration(history, ends, Paths(self._fallback_paths(history, ends, steps)),
-                            ())
+        return calibration_offsets(history, ends, self._fallback_paths(history, ends, steps),
+                                   None, ())
 
     def _check_fallback(self, series_id: str) -> None:
         """Rolling day-ahead MAE of the model and of the fallback over ``fallback_window``."""
@@ -572,9 +510,9 @@ class BaseForecaster:
                 "(version %d)", series_id, self.alias, model, fallback, self.version_)
 
     # -- for subclasses -----------------------------------------------------------------------
+    @abc.abstractmethod
     def _fit(self, values: dict[str, FloatArray]) -> None:
         """Learn the parameters from each series' values (the calibration tail left out)."""
-        raise NotImplementedError
 
     def _fit_shared(self, values: dict[str, FloatArray]) -> None:
         """A global model's shared parameters (default: all of ``_fit``).
@@ -584,23 +522,21 @@ class BaseForecaster:
         """
         self._fit(values)
 
-    def _fit_local(self, values: dict[str, FloatArray]) -> None:
+    def _fit_local(self, values: dict[str, FloatArray]) -> None:  # noqa: B027 (optional hook)
         """Each series' own state, given the shared parameters (default: none)."""
 
-    def _forecast(self, series_id: str, history: FloatArray, steps: int) -> FloatArray:
-        """``steps`` point forecasts after ``history`` (a prefix of the series' history)."""
-        raise NotImplementedError
-
+    @abc.abstractmethod
     def _forecast_many(
         self, series_id: str, history: FloatArray, ends: npt.NDArray[np.int64], steps: int
     ) -> FloatArray | Paths:
         """Forecasts from each origin in ``ends`` using ``history[:end]`` only.
 
+        Calibration asks for up to ``conformal.MAX_ORIGINS`` origins at once, so a model that
+        can share work between origins (one filter pass over the history) should.
+
         Returns:
             ``(len(ends), steps)`` point forecasts, or :class:`Paths` with native quantiles.
         """
-        return np.stack([np.asarray(self._forecast(series_id, history[:e], steps),
-                                    dtype=np.float64) for e in ends])
 
     def copy(self) -> Self:
         """A deep copy (fitted state included)."""
@@ -634,133 +570,3 @@ def _checked_panel(panel: pd.DataFrame, verb: str) -> pd.DataFrame:
         short = counts.index[counts < 2][0]
         raise DataContractError(f"series {short!r} has fewer than two points to fit on")
     return panel
-
-
-
-def _calibration(history: FloatArray, ends: npt.NDArray[np.int64], paths: Paths,
-                 native_levels: Sequence[float]) -> Calibration:
-    """Offsets per block of steps and level from the errors of forecasts made at ``ends``."""
-    n = len(history)
-    steps = paths.mean.shape[1]
-    k = np.arange(1, steps + 1)
-    target = ends[:, None] + k[None, :] - 1  # index of the value each forecast step predicts
-    seen = target < n
-    actual = np.where(seen, history[np.minimum(target, n - 1)], np.nan)
-    if native_levels:
-        levels = np.asarray(native_levels, dtype=np.float64)
-        assert paths.quantiles is not None
-        base = paths.quantiles  # (origins, steps, levels)
-        errors = actual[:, :, None] - base
-    else:
-        levels = np.asarray(LEVELS)
-        errors = (actual - paths.mean)[:, :, None]
-    centers: list[float] = []
-    offsets: list[Any] = []
-    counts: list[int] = []
-    for lo, hi in zip(_BLOCK_EDGES[:-1], _BLOCK_EDGES[1:], strict=True):
-        if lo > steps:
-            break
-        block = errors[:, lo - 1:min(hi - 1, steps), :].reshape(-1, errors.shape[2])
-        block = block[np.isfinite(block[:, 0])]
-        if len(block) < MIN_BLOCK_RESIDUALS:
-            break  # later blocks have fewer residuals still
-        if native_levels:
-            offsets.append([np.quantile(block[:, j], q) for j, q in enumerate(levels)])
-        else:
-            offsets.append(np.quantile(block[:, 0], levels))
-        centers.append(0.5 * (lo + min(hi - 1, steps)))
-        counts.append(len(block))
-    one_step = actual[:, 0] - paths.mean[:, 0]
-    return Calibration(
-        centers=np.asarray(centers, dtype=np.float64),
-        levels=levels,
-        offsets=np.asarray(offsets, dtype=np.float64).reshape(len(centers), len(levels)),
-        n_residuals=np.asarray(counts, dtype=np.int64),
-        one_step=one_step[np.isfinite(one_step)],
-        origins=ends[np.isfinite(one_step)],
-    )
-
-
-def _at_level(q: float, levels: FloatArray, table: FloatArray) -> FloatArray:
-    """Column ``q`` of ``table`` (columns at ``levels``), linear between levels, clamped."""
-    j = int(np.clip(np.searchsorted(levels, q), 1, len(levels) - 1))
-    lo, hi = levels[j - 1], levels[j]
-    w = float(np.clip((q - lo) / (hi - lo), 0.0, 1.0)) if hi > lo else 1.0
-    return np.asarray((1.0 - w) * table[:, j - 1] + w * table[:, j], dtype=np.float64)
-
-
-def _drift_group(steps_ahead: npt.ArrayLike, freq_s: int) -> npt.NDArray[np.int64]:
-    """The drift-correction group of each (possibly fractional) step ahead."""
-    seconds = np.asarray(steps_ahead, dtype=np.float64) * freq_s
-    return np.searchsorted(np.asarray(_DRIFT_GROUPS_S, dtype=np.float64), seconds,
-                           side="left").astype(np.int64)
-
-
-def _per_step(calibration: Calibration, steps: int) -> FloatArray:
-    """``(steps, n_levels)`` offsets of every step ahead from a calibration's blocks.
-
-    Interpolated between block centres; beyond the last calibrated block, its offsets widened
-    with the square root of the step (random-walk growth).
-    """
-    k = np.arange(1, steps + 1, dtype=np.float64)
-    centers, offsets = calibration.centers, calibration.offsets
-    per_step = np.stack([np.interp(k, centers, offsets[:, j])
-                         for j in range(offsets.shape[1])], axis=1)
-    beyond = k > centers[-1]
-    per_step[beyond] = offsets[-1] * np.sqrt(k[beyond] / centers[-1])[:, None]
-    return per_step
-
-
-def _spread_needs(history: FloatArray, ends: npt.NDArray[np.int64], paths: Paths,
-                  freq_s: int) -> list[FloatArray]:
-    """How far the tail's band had to stretch to hold each error of the latest origins.
-
-    The offsets are calibrated on all origins (scored out of sample against the bands of only
-    the earlier ones, the correction overshot: 0.93 on the regime-change test); each error of
-    an origin after the first ``_DRIFT_SPLIT`` at step ``k`` needs the ``TRACKED_LEVEL``
-    band's half-width on its side of the median times ``(error - median) / half-width``
-    (``inf`` where a zero-width band misses).
-    Returned per horizon group (see ``_DRIFT_GROUPS_S``).
-    """
-    n_groups = len(_DRIFT_GROUPS_S) + 1
-    out = [np.zeros(0) for _ in range(n_groups)]
-    split = int(len(ends) * _DRIFT_SPLIT)
-    if split < 8 or len(ends) - split < 4:
-        return out
-    early = _calibration(history, ends, paths, ())
-    if len(early.centers) == 0:
-        return out
-    steps = paths.mean.shape[1]
-    table = _per_step(early, steps)
-    lo = _at_level((1 - TRACKED_LEVEL) / 2, early.levels, table)
-    med = _at_level(0.5, early.levels, table)
-    hi = _at_level((1 + TRACKED_LEVEL) / 2, early.levels, table)
-    late = ends[split:]
-    k = np.arange(steps)
-    target = late[:, None] + k[None, :]
-    seen = target < len(history)
-    err = history[np.minimum(target, len(history) - 1)] - paths.mean[split:]
-    dev = err - med[None, :]
-    width = np.where(dev >= 0, (hi - med)[None, :], (med - lo)[None, :])
-    with np.errstate(divide="ignore", invalid="ignore"):
-        need = np.where(width > 0, np.abs(dev) / width, np.where(dev == 0, 0.0, np.inf))
-    groups = np.broadcast_to(_drift_group(k + 1, freq_s)[None, :], need.shape)
-    for g in range(n_groups):
-        out[g] = need[seen & (groups == g)]
-    return out
-
-
-def _bands(mean: FloatArray, native: FloatArray | None, native_levels: Sequence[float],
-           calibration: Calibration | None, steps: int, quantiles: list[float]) -> FloatArray:
-    """Quantile bands ``(steps, len(quantiles))`` from the calibration offsets."""
-    nl = np.asarray(native_levels, dtype=np.float64)
-    if calibration is None or len(calibration.centers) == 0:
-        if native is not None:  # native quantiles as they are
-            return np.stack([_at_level(q, nl, native) for q in quantiles], axis=1)
-        return np.repeat(mean[:, None], len(quantiles), axis=1)  # no spread can be measured
-    per_step = _per_step(calibration, steps)
-    if native is not None:
-        calibrated = np.sort(native + per_step, axis=1)  # each level moved by its own offset
-        return np.stack([_at_level(q, nl, calibrated) for q in quantiles], axis=1)
-    return np.stack([mean + _at_level(q, calibration.levels, per_step) for q in quantiles],
-                    axis=1)

@@ -2,8 +2,9 @@
 
 They have no parameters to learn: each forecast is a rule over the history before the origin.
 Their quantiles are conformal, from the errors of the same rule on the held-out tail
-(:mod:`prism.forecasters.base`); ``time_of_day_quantile`` has native quantiles (the empirical
-quantiles of its slot), calibrated the same way.
+(:mod:`prism.forecasters.conformal`); ``time_of_day_quantile`` has native quantiles (the
+empirical quantiles of its slot), calibrated the same way. None of them draws anything at
+random, so none takes a ``random_state``.
 """
 
 from __future__ import annotations
@@ -20,21 +21,9 @@ Ends = npt.NDArray[np.int64]
 
 
 class NaiveForecaster(BaseForecaster):
-    """The last value, for ever.
-
-    Args:
-        random_state: unused (the rule is deterministic); kept for the common protocol.
-    """
+    """The last value, for ever (no hyperparameters)."""
 
     alias = "naive"
-
-    def __init__(self, *, random_state: int | None = None) -> None:
-        self.random_state = random_state
-
-    @classmethod
-    def test_params(cls) -> list[dict[str, Any]]:
-        """Settings for the conformance suite."""
-        return [{}, {"random_state": 1}]
 
     def _fit(self, values: dict[str, FloatArray]) -> None:
         pass  # nothing to learn
@@ -49,14 +38,12 @@ class SeasonalNaiveForecaster(BaseForecaster):
 
     Args:
         season: the season as a duration (``1d``; ``1w`` for weekly) or a number of steps.
-        random_state: unused; kept for the common protocol.
     """
 
     alias = "seasonal_naive"
 
-    def __init__(self, *, season: str = "1d", random_state: int | None = None) -> None:
+    def __init__(self, *, season: str = "1d") -> None:
         self.season = season
-        self.random_state = random_state
 
     @classmethod
     def test_params(cls) -> list[dict[str, Any]]:
@@ -82,14 +69,12 @@ class WindowAverageForecaster(BaseForecaster):
 
     Args:
         window: the window as a duration (``1d``) or a number of steps.
-        random_state: unused; kept for the common protocol.
     """
 
     alias = "window_average"
 
-    def __init__(self, *, window: str = "1d", random_state: int | None = None) -> None:
+    def __init__(self, *, window: str = "1d") -> None:
         self.window = window
-        self.random_state = random_state
 
     @classmethod
     def test_params(cls) -> list[dict[str, Any]]:
@@ -122,18 +107,14 @@ class TimeOfDayQuantileForecaster(BaseForecaster):
     Args:
         weekly: slots by weekday and time of day (``True``) or by time of day only.
         lookback: history used, as a duration (``4w``) or a number of steps.
-        random_state: unused; kept for the common protocol.
     """
 
     alias = "time_of_day_quantile"
     native_levels = _TOD_LEVELS
 
-    def __init__(
-        self, *, weekly: bool = True, lookback: str = "4w", random_state: int | None = None
-    ) -> None:
+    def __init__(self, *, weekly: bool = True, lookback: str = "4w") -> None:
         self.weekly = weekly
         self.lookback = lookback
-        self.random_state = random_state
 
     @classmethod
     def test_params(cls) -> list[dict[str, Any]]:

@@ -6,6 +6,7 @@ import logging
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 import pytest
 
@@ -28,14 +29,12 @@ class _Recorder(BaseForecaster):
 
     alias = "recorder"
 
-    def __init__(self, *, random_state: int | None = None) -> None:
-        self.random_state = random_state
-
     def _fit(self, values: dict[str, FloatArray]) -> None:
         self.seen_ = {sid: len(v) for sid, v in values.items()}
 
-    def _forecast(self, series_id: str, history: FloatArray, steps: int) -> FloatArray:
-        return np.full(steps, history[-1])
+    def _forecast_many(self, series_id: str, history: FloatArray, ends: npt.NDArray[np.int64],
+                       steps: int) -> FloatArray:
+        return np.repeat(history[ends - 1][:, None], steps, axis=1)
 
 
 def test_parameters_are_learned_without_the_calibration_tail() -> None:
@@ -151,3 +150,15 @@ def test_short_series_still_forecast(alias: str) -> None:
     panel = _panel({"c/all/gpus_in_use": np.array([1.0, 2.0, 3.0, 4.0, 5.0, 6.0])})
     out = get_forecaster(alias, **params).fit(panel).predict(4, (0.1, 0.9))
     assert len(out) == 4 and out[["mean", "p10", "p90"]].notna().all().all()
+
+
+def test_the_hooks_a_subclass_must_write_are_abstract() -> None:
+    class Unfinished(BaseForecaster):
+        alias = "unfinished"
+
+        def _fit(self, values: dict[str, FloatArray]) -> None:
+            pass
+
+    with pytest.raises(TypeError, match="_forecast_many"):
+        Unfinished()  # type: ignore[abstract]
+    _Recorder()._fit_local({})  # an optional hook keeps its default: nothing to learn

@@ -146,3 +146,9 @@ def test_slot_quantiles_match_numpy() -> None:
     rows[:, 0] = rng.normal(size=300)  # at least one value per row
     np.testing.assert_allclose(_nan_quantiles(rows, _TOD_LEVELS),
                                np.nanquantile(rows, _TOD_LEVELS, axis=1).T, rtol=1e-12)
+
+
+def test_only_models_that_draw_at_random_take_a_random_state() -> None:
+    # the boosted trees sample rows, the networks initialise weights, the hybrid does both
+    seeded = {alias for alias, cls in FORECASTERS.items() if "random_state" in cls().get_params()}
+    assert seeded == {"gbm", "gru", "lstm", "prism"}

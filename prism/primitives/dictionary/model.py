@@ -1,49 +1,4 @@
-"""Demand primitives: a dictionary of recurring window shapes and the sparse codes of windows.
-
-PRISM (DAC '26, arXiv 2603.25378) models GPU demand as a sum of recurring shapes. This module
-learns those shapes ("atoms") from z-normalised windows pooled across many series and encodes
-every window as a sparse activation vector over them::
-
-    d = PrimitiveDictionary(periods=(144, 1008), random_state=0).fit(panels)
-    codes = d.encode(windows(series, length=d.lookback + d.horizon, stride=36))
-    d.reconstruct(codes)                           # back in the series' units
-    hist = d.encode(last_lookback[None, :], part="lookback")
-    d.reconstruct(hist, part="horizon")            # the horizon the atoms extrapolate
-
-An atom is ``lookback + horizon`` samples long, so that activations fitted on a window's
-lookback part extrapolate it through the atoms' horizon part. Atoms come in three kinds:
-
-- ``"trend"``: Legendre polynomials of degree ``0 .. n_trend - 1`` (constant, linear, ...).
-- ``"fourier"``: ``sin`` and ``cos`` at every period in ``periods`` (in steps) and its harmonics.
-- ``"learned"``: learned from the data with the fixed atoms above held in the dictionary, so that
-  they learn what trend and Fourier atoms do not already explain.
-
-Codes are found by orthogonal matching pursuit (OMP) with at most ``sparsity`` non-zero
-activations per window. The dictionary evolves (:meth:`PrimitiveDictionary.evolve`): it learns
-new atoms when recent windows stop being reconstructed well and retires learned atoms that go
-unused.
-
-Design measurements (Helios Earth, 16 VCs x {running, running + pending}, 10-minute steps,
-288-step windows at stride 36, fitted on the first 3 weeks and scored on the last 10 days,
-relative squared error of held-out z-windows at sparsity 3, fixed atoms trend(2) +
-fourier(144, 1008) x 2 harmonics):
-
-==========================================================  ===========
-learned atoms (16)                                          rel. error
-==========================================================  ===========
-K-SVD with the fixed atoms held in the coding (default)     0.35
-k-means centroids of z-windows                              0.38
-MiniBatchDictionaryLearning on z-windows (alpha 1)          0.39
-MiniBatchDictionaryLearning on the residual after the
-fixed atoms, orthogonalised against them                    0.48
-(baselines) first 3 PCA components / Fourier atoms only     0.54 / 0.51
-==========================================================  ===========
-
-Learning on the residual loses because a window's best sparse code mixes fixed and learned
-atoms: an atom forced orthogonal to the fixed span can no longer stand in for a fixed atom
-plus its correction with a single activation. ``learner="kmeans"`` and ``learner="mbdl"`` stay
-available to repeat these measurements.
-"""
+"""The dictionary itself: :class:`PrimitiveDictionary` fits, encodes, evolves and is saved."""
 
 from __future__ import annotations
 
@@ -51,7 +6,7 @@ import inspect
 import json
 import logging
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal, cast
@@ -59,19 +14,22 @@ from typing import Any, Literal, cast
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
-from numpy.lib.stride_tricks import sliding_window_view
-from numpy.polynomial import legendre
 
 from prism.errors import ConfigError, DataContractError, NotFittedError
+from prism.primitives.dictionary.learning import LEARNERS, canonical_sign, ksvd, learn_atoms
+from prism.primitives.dictionary.matching import (
+    omp_codes,
+    residual_share,
+    unit_rows,
+    windows,
+    znorm,
+)
+from prism.primitives.dictionary.shapes import describe_atom, fixed_atoms
 
 logger = logging.getLogger(__name__)
 
 FloatArray = npt.NDArray[np.float64]
 Part = Literal["full", "lookback", "horizon"]
-
-#: Atom kinds, in the order they appear in ``atoms_`` after ``fit``.
-KINDS = ("trend", "fourier", "learned")
-LEARNERS = ("ksvd", "kmeans", "mbdl")
 
 #: A window whose std is below this fraction of its series' std counts as near-flat in ``fit``:
 #: it keeps its (small) shape instead of being blown up to unit variance. 13.7 % of the Helios
@@ -94,346 +52,9 @@ MIN_NEW_SHARE = 0.02
 #: of its window's energy. On noisy daily sines (noise 2 % of the energy) the spare third
 #: activation explains well under 1 %; real shapes explain several per cent.
 MIN_USE_SHARE = 0.01
-#: K-SVD stops when the relative residual improves by less than this between iterations.
-KSVD_TOL = 1e-4
-#: Two atoms whose inner product exceeds this are duplicates (K-SVD replaces one of them).
-DUPLICATE_COS = 0.99
 #: Format tag written by :meth:`PrimitiveDictionary.save`.
 FORMAT = "prism.primitive_dictionary"
 FORMAT_VERSION = 1
-
-
-# --------------------------------------------------------------------------------------------
-# Windows
-
-
-def windows(values: npt.ArrayLike, *, length: int, stride: int) -> FloatArray:
-    """Cut a 1-D series into overlapping windows, one per row, without copying.
-
-    Args:
-        values: the series, 1-D.
-        length: samples per window (>= 1).
-        stride: steps between the starts of consecutive windows (>= 1). The first window starts
-            at step 0; a tail shorter than ``stride`` after the last window is dropped.
-
-    Returns:
-        A read-only ``(n_windows, length)`` view of ``values`` (of a float64 copy if it was
-        not float64); ``n_windows`` is
-        ``(len(values) - length) // stride + 1``, or 0 when the series is shorter than
-        ``length``. Copy it before writing to it.
-
-    Raises:
-        ConfigError: ``length`` or ``stride`` is below 1.
-        DataContractError: ``values`` is not 1-D.
-    """
-    if length < 1 or stride < 1:
-        raise ConfigError(f"windows needs length >= 1 and stride >= 1; got {length}, {stride}")
-    x = np.asarray(values, dtype=np.float64)
-    if x.ndim != 1:
-        raise DataContractError(
-            f"windows cuts a 1-D series; got shape {x.shape}. Pass one series at a time"
-        )
-    if x.size < length:
-        return np.empty((0, length))
-    return sliding_window_view(x, length)[::stride]
-
-
-def znorm(
-    windows: npt.ArrayLike, *, min_scale: float | npt.ArrayLike = 0.0
-) -> tuple[FloatArray, FloatArray, FloatArray]:
-    """Z-normalise windows row by row: ``z = (w - mean) / scale``.
-
-    ``scale`` is the row's standard deviation, raised to ``min_scale`` where it is smaller, so
-    that a near-flat window keeps a small shape instead of having its noise blown up to unit
-    variance (pass e.g. ``0.05 * series.std()``). A flat row (std and ``min_scale`` both below
-    ``1e-12 * (1 + |mean|)``, which absorbs float round-off) gets ``scale = 1`` and an all-zero
-    ``z``, so that ``mean + scale * z`` always gives the window back.
-
-    Args:
-        windows: ``(n_windows, length)`` windows (a single 1-D window is taken as one row).
-        min_scale: floor for ``scale``, a scalar or one value per row; 0 keeps the plain std.
-
-    Returns:
-        ``(z, mean, scale)``: ``z`` of the windows' shape, ``mean`` and ``scale`` of shape
-        ``(n_windows,)``.
-
-    Raises:
-        DataContractError: the windows are not 1-D or 2-D, or hold NaN or infinite values.
-    """
-    w = np.asarray(windows, dtype=np.float64)
-    if w.ndim == 1:
-        w = w[None, :]
-    if w.ndim != 2:
-        raise DataContractError(f"znorm takes (n_windows, length) windows; got shape {w.shape}")
-    if not np.all(np.isfinite(w)):
-        raise DataContractError(
-            "windows hold NaN or infinite values; fill the gaps of the series before cutting "
-            "windows (e.g. with prism derive --fill zero or --fill hold)"
-        )
-    mean = w.mean(axis=1)
-    std = w.std(axis=1)
-    floor = np.broadcast_to(np.asarray(min_scale, dtype=np.float64), mean.shape)
-    scale = np.maximum(std, floor)
-    flat = scale <= 1e-12 * (1.0 + np.abs(mean))
-    scale = np.where(flat, 1.0, scale)
-    z = (w - mean[:, None]) / scale[:, None]
-    z[flat] = 0.0
-    return z, mean, scale
-
-
-# --------------------------------------------------------------------------------------------
-# Sparse coding
-
-
-def omp_gram(gram: FloatArray, xy: FloatArray, n_nonzero: int) -> FloatArray:
-    """Orthogonal matching pursuit for many signals at once, on a precomputed Gram matrix.
-
-    The same algorithm as :func:`sklearn.linear_model.orthogonal_mp_gram` (a reference test
-    checks equal codes), vectorised over signals: scikit-learn loops over signals in Python,
-    about 0.17 ms each, which made K-SVD and encoding 10 times slower. Two differences: a
-    candidate atom that is linearly dependent on the atoms already chosen is skipped (the next
-    best is tried) instead of ending the signal's pursuit with a warning, and a signal whose
-    residual is orthogonal to every atom (e.g. all zero) stops early with fewer non-zeros.
-
-    Args:
-        gram: ``(n_atoms, n_atoms)`` Gram matrix of unit-norm atoms (zero rows for atoms that
-            must not be used).
-        xy: ``(n_signals, n_atoms)`` inner products of the signals with the atoms.
-        n_nonzero: maximum non-zero coefficients per signal.
-
-    Returns:
-        ``(n_signals, n_atoms)`` coefficients.
-    """
-    n, m = xy.shape
-    coefs = np.zeros((n, m))
-    k_max = min(n_nonzero, m)
-    if n == 0 or k_max == 0:
-        return coefs
-    rows = np.arange(n)
-    corr = xy.copy()
-    excluded = np.zeros((n, m), dtype=bool)
-    excluded[:, np.diag(gram) <= 1e-12] = True
-    support = np.zeros((n, k_max), dtype=np.intp)
-    # A residual this much smaller than the signal is orthogonal to the atoms for our purpose.
-    tiny = 1e-9 * np.abs(xy).max(axis=1)
-    active = np.abs(xy).max(axis=1) > 0.0
-    for k in range(k_max):
-        cand = np.zeros(n, dtype=np.intp)
-        pending = rows[active]
-        while pending.size:
-            score = np.where(excluded[pending], -1.0, np.abs(corr[pending]))
-            best = score.argmax(axis=1)
-            ok = score[np.arange(pending.size), best] > tiny[pending]
-            active[pending[~ok]] = False
-            pending, best = pending[ok], best[ok]
-            if k > 0 and pending.size:
-                sup = support[pending, :k]
-                gs = gram[sup[:, :, None], sup[:, None, :]]
-                v = gram[sup, best[:, None]]
-                w = np.linalg.solve(gs, v[:, :, None])[:, :, 0]
-                schur = gram[best, best] - np.einsum("nk,nk->n", v, w)
-                dependent = schur <= 1e-10
-            else:
-                dependent = np.zeros(pending.size, dtype=bool)
-            cand[pending[~dependent]] = best[~dependent]
-            excluded[pending[dependent], best[dependent]] = True
-            pending = pending[dependent]
-        sel = rows[active]
-        if sel.size == 0:
-            break
-        support[sel, k] = cand[sel]
-        excluded[sel, cand[sel]] = True
-        sup = support[sel, : k + 1]
-        gs = gram[sup[:, :, None], sup[:, None, :]]
-        gamma = np.linalg.solve(gs, xy[sel[:, None], sup][:, :, None])[:, :, 0]
-        coefs[sel] = 0.0
-        coefs[sel[:, None], sup] = gamma
-        corr[sel] = xy[sel] - np.einsum("nk,nkm->nm", gamma, gram[sup])
-    return coefs
-
-
-def _unit_rows(a: FloatArray) -> FloatArray:
-    norms = np.linalg.norm(a, axis=1, keepdims=True)
-    return cast(FloatArray, a / np.where(norms > 0.0, norms, 1.0))
-
-
-def _code(atoms: FloatArray, z: FloatArray, sparsity: int) -> FloatArray:
-    """OMP codes of ``z`` over ``atoms`` of any norm (atoms are normalised for the pursuit)."""
-    norms = np.linalg.norm(atoms, axis=1)
-    unit = _unit_rows(atoms)
-    c = omp_gram(unit @ unit.T, z @ unit.T, sparsity)
-    return cast(FloatArray, c / np.where(norms > 0.0, norms, 1.0))
-
-
-def _residual_share(z: FloatArray, recon: FloatArray) -> tuple[FloatArray, float]:
-    """Per-window and pooled ``||z - recon||^2 / ||z||^2`` (flat windows count 0)."""
-    energy = (z**2).sum(axis=1)
-    res = ((z - recon) ** 2).sum(axis=1)
-    per = np.divide(res, energy, out=np.zeros_like(res), where=energy > 0.0)
-    total = float(energy.sum())
-    return per, (float(res.sum()) / total if total > 0.0 else 0.0)
-
-
-def _canonical_sign(atoms: FloatArray) -> FloatArray:
-    """Flip atoms so that their largest-magnitude sample is positive (K-SVD signs are arbitrary;
-    a fixed sign makes shapes comparable and :func:`describe_atom` see peaks, not troughs)."""
-    peak = atoms[np.arange(len(atoms)), np.abs(atoms).argmax(axis=1)]
-    return cast(FloatArray, atoms * np.where(peak < 0.0, -1.0, 1.0)[:, None])
-
-
-def _replacement(resid: FloatArray, spare: Iterator[np.intp], current: FloatArray) -> FloatArray:
-    """The unit residual of the next worst window (``current`` when it is all zero)."""
-    r = resid[next(spare, 0)]
-    norm = float(np.linalg.norm(r))
-    return r / norm if norm > 0.0 else current
-
-
-def _ksvd(
-    z: FloatArray,
-    fixed: FloatArray,
-    init: FloatArray,
-    *,
-    sparsity: int,
-    max_iter: int,
-) -> FloatArray:
-    """Approximate K-SVD (Rubinstein et al. 2008) of the atoms in ``init``, ``fixed`` held.
-
-    Each iteration codes ``z`` by OMP over ``fixed`` + learned atoms, then updates every learned
-    atom in turn to the best rank-1 fit of the residual of the windows that use it. An unused
-    atom, or one that duplicates another, is replaced by the worst-reconstructed window's
-    residual (deterministic, so results depend only on ``init``).
-
-    Returns:
-        The learned atoms, unit-norm, shape of ``init``.
-    """
-    learned = _unit_rows(init.copy())
-    nf = len(fixed)
-    previous = np.inf
-    for _ in range(max_iter):
-        atoms = np.vstack([fixed, learned])
-        coefs = _code(atoms, z, sparsity)
-        resid = z - coefs @ atoms
-        share = float((resid**2).sum() / max((z**2).sum(), 1e-300))
-        if previous - share < KSVD_TOL * max(previous, 1e-12) and np.isfinite(previous):
-            break
-        previous = share
-        # Worst-reconstructed windows first: their residuals replace dead or duplicate atoms.
-        spare = iter(np.argsort(-(resid**2).sum(axis=1)))
-
-        for j in range(len(learned)):
-            c = coefs[:, nf + j]
-            idx = np.flatnonzero(c)
-            if idx.size == 0:
-                learned[j] = _replacement(resid, spare, learned[j])
-                continue
-            rj = resid[idx] + np.outer(c[idx], learned[j])
-            d = rj.T @ c[idx]
-            norm = float(np.linalg.norm(d))
-            if norm <= 0.0:
-                continue
-            d /= norm
-            g = rj @ d
-            resid[idx] = rj - np.outer(g, d)
-            learned[j] = d
-            coefs[idx, nf + j] = g
-        # Duplicates (of a fixed atom or of an earlier learned one) waste a slot and make OMP's
-        # Gram matrix singular: replace them.
-        for j in range(len(learned)):
-            others = np.vstack([fixed, learned[:j]])
-            if len(others) and np.abs(others @ learned[j]).max() > DUPLICATE_COS:
-                learned[j] = _replacement(resid, spare, learned[j])
-    return learned
-
-
-# --------------------------------------------------------------------------------------------
-# Atom labels
-
-
-def describe_atom(atom: npt.ArrayLike) -> str:
-    """A heuristic label of an atom's shape, for inspection (not used by the model).
-
-    The atom is centred and flipped so that its largest deviation is positive, then tested in
-    this order:
-
-    - ``"plateau"``: flat (constant) or a flat top: two-level fit (inside / outside one
-      contiguous stretch that is raised) explains >= 85 % of the variance and the stretch is
-      10-80 % of the window, not touching both ends.
-    - ``"periodic"``: at least 1.5 cycles of one frequency; that frequency (+-1 FFT bin)
-      carries >= 60 % of the energy.
-    - ``"step"``: one jump; a two-level split at one point explains >= 85 % of the variance.
-    - ``"ramp"``: a monotone trend; a straight line explains >= 85 % of the variance.
-    - ``"burst-decay"``: a sharp peak then a decay: the samples above half the peak form a
-      short stretch (< 25 % of the window), the peak is reached within 2 samples or half the
-      decay time, and the tail after it does not rise again (means of its quarters).
-    - ``"irregular"``: none of the above.
-
-    Args:
-        atom: a 1-D shape.
-
-    Returns:
-        One of the labels above.
-    """
-    x = np.asarray(atom, dtype=np.float64).ravel()
-    n = x.size
-    x = x - x.mean()
-    energy = float((x**2).sum())
-    if n < 4 or energy <= 1e-12 * max(1.0, float(np.abs(np.asarray(atom)).max()) ** 2):
-        return "plateau"
-    if x.max() < -x.min():
-        x = -x
-
-    def two_level_r2(mask: npt.NDArray[np.bool_]) -> float:
-        inside, outside = x[mask], x[~mask]
-        if inside.size == 0 or outside.size == 0:
-            return 0.0
-        fit = np.where(mask, inside.mean(), outside.mean())
-        return 1.0 - float(((x - fit) ** 2).sum()) / energy
-
-    # Step: best split point of the cumulative sums (two-level fit), all splits at once.
-    csum = np.cumsum(x)[:-1]
-    k = np.arange(1, n)
-    step_r2 = float((csum**2 / k + csum**2 / (n - k)).max() / energy)
-    # Plateau: the contiguous stretch above half the maximum, as a two-level fit.
-    high = x > 0.5 * x.max()
-    starts = np.flatnonzero(np.diff(np.concatenate([[0], high.astype(int)])) == 1)
-    ends = np.flatnonzero(np.diff(np.concatenate([high.astype(int), [0]])) == -1) + 1
-    spans = ends - starts
-    top = int(spans.argmax()) if spans.size else 0
-    stretch = np.zeros(n, dtype=bool)
-    if spans.size:
-        stretch[starts[top] : ends[top]] = True
-    plateau_r2 = two_level_r2(stretch)
-    width = stretch.mean()
-    # A raised stretch that touches an end of the window is a step, not a plateau.
-    if plateau_r2 >= 0.85 and 0.1 <= width <= 0.8 and not (stretch[0] or stretch[-1]):
-        return "plateau"
-    power = np.abs(np.fft.rfft(x)) ** 2
-    power[0] = 0.0
-    if power.size > 2:
-        f = int(power.argmax())
-        band = power[max(f - 1, 1) : f + 2].sum() / power.sum()
-        if f >= 1.5 and band >= 0.6:
-            return "periodic"
-    if step_r2 >= 0.85:
-        return "step"
-    t = np.arange(n) - (n - 1) / 2.0
-    ramp_r2 = float((x @ t) ** 2 / (t @ t) / energy)
-    if ramp_r2 >= 0.85:
-        return "ramp"
-    if spans.size and width < 0.25:
-        peak = int(x.argmax())
-        rise = peak - int(starts[top])
-        decay = int(ends[top]) - 1 - peak
-        # Chunk means of the tail rather than sample steps, so that noise does not hide a decay.
-        tail = np.array([c.mean() for c in np.array_split(x[peak:], 4) if c.size])
-        decays = bool(np.all(np.diff(tail) <= 0.05 * x.max()))
-        if rise <= max(2, decay // 2) and decays:
-            return "burst-decay"
-    return "irregular"
-
-
-# --------------------------------------------------------------------------------------------
-# The dictionary
 
 
 def _json_scalar(value: object) -> object:
@@ -513,7 +134,7 @@ class PrimitiveDictionary:
         retire_after: a learned atom retires after this many windows seen by :meth:`evolve`
             without being used (an activation counts as use when it explains at least
             ``MIN_USE_SHARE`` of its window's energy).
-        learner: ``"ksvd"`` (default, best measured: see the module docstring), ``"kmeans"`` or
+        learner: ``"ksvd"`` (default, best measured: see the package docstring), ``"kmeans"`` or
             ``"mbdl"``.
         random_state: seed of the learner and of subsampling; same seed, same atoms.
 
@@ -610,42 +231,6 @@ class PrimitiveDictionary:
 
     # -- fixed atoms ------------------------------------------------------------------------
 
-    def _fixed_atoms(self) -> tuple[FloatArray, list[str], list[str], list[str]]:
-        """Trend and Fourier atoms: (atoms, ids, kinds, reasons)."""
-        n = self.length
-        rows: list[FloatArray] = []
-        ids: list[str] = []
-        kinds: list[str] = []
-        reasons: list[str] = []
-        x = np.linspace(-1.0, 1.0, n) if n > 1 else np.zeros(n)
-        for degree in range(int(self.n_trend)):
-            atom = np.asarray(legendre.legval(x, [0.0] * degree + [1.0]), dtype=np.float64)
-            if np.linalg.norm(atom) > 0.0:
-                rows.append(atom)
-                ids.append(f"trend_{degree}")
-                kinds.append("trend")
-                reasons.append(f"fit: fixed Legendre trend of degree {degree}")
-        t = np.arange(n, dtype=np.float64)
-        seen: list[float] = []
-        for period in self.periods:
-            for h in range(1, int(self.n_harmonics) + 1):
-                step = float(period) / h
-                # Below 2 steps a harmonic aliases onto a lower frequency; an equal frequency
-                # from another period would duplicate an atom.
-                if step < 2.0 or any(abs(step - s) <= 1e-9 * s for s in seen):
-                    continue
-                seen.append(step)
-                for name, wave in (("sin", np.sin), ("cos", np.cos)):
-                    atom = np.asarray(wave(2.0 * np.pi * t / step), dtype=np.float64)
-                    if np.linalg.norm(atom) <= 1e-9 * np.sqrt(n):
-                        continue
-                    rows.append(atom)
-                    ids.append(f"fourier_p{float(period):g}_h{h}_{name}")
-                    kinds.append("fourier")
-                    reasons.append(f"fit: fixed Fourier {name} of period {step:g} steps")
-        atoms = _unit_rows(np.array(rows).reshape(len(rows), n))
-        return atoms, ids, kinds, reasons
-
     # -- fit --------------------------------------------------------------------------------
 
     def fit(self, panels: Sequence[npt.ArrayLike]) -> PrimitiveDictionary:
@@ -671,7 +256,9 @@ class PrimitiveDictionary:
         self._check_params()
         rng = np.random.default_rng(self.random_state)
         z = self._pool(panels, rng)
-        fixed, ids, kinds, reasons = self._fixed_atoms()
+        fixed, ids, kinds, reasons = fixed_atoms(self.length, n_trend=self.n_trend,
+                                                 periods=self.periods,
+                                                 n_harmonics=self.n_harmonics)
         n_learn = int(self.n_atoms)
         if len(fixed) + n_learn > int(self.max_atoms):
             raise ConfigError(
@@ -685,8 +272,11 @@ class PrimitiveDictionary:
                 f"fit found {len(z)} non-flat windows of {self.length} steps, fewer than "
                 f"n_atoms={n_learn}; pass longer or more series, or lower n_atoms or lookback"
             )
-        learned = self._learn(z, fixed, n_learn, rng) if n_learn else np.empty((0, self.length))
-        learned = _canonical_sign(_unit_rows(learned))
+        learned = learn_atoms(
+            z, fixed, n_learn, rng, learner=self.learner, sparsity=self.sparsity,
+            max_iter=self.max_iter, alpha=self.alpha, batch_size=self.batch_size,
+        ) if n_learn else np.empty((0, self.length))
+        learned = canonical_sign(unit_rows(learned))
         self.atoms_ = np.vstack([fixed, learned])
         self.atom_ids_ = ids + [f"learned_{j:03d}" for j in range(n_learn)]
         self.atom_kinds_ = kinds + ["learned"] * n_learn
@@ -708,8 +298,8 @@ class PrimitiveDictionary:
         self._idle = np.zeros(m, dtype=np.int64)
         self._n_seen = 0
         self._energy_seen = 0.0
-        coefs = _code(self.atoms_, z, int(self.sparsity))
-        _, self.train_residual_ = _residual_share(z, coefs @ self.atoms_)
+        coefs = omp_codes(self.atoms_, z, int(self.sparsity))
+        _, self.train_residual_ = residual_share(z, coefs @ self.atoms_)
         self._record_usage(z, coefs, idle=False)
         logger.info(
             "fitted %d atoms (%d learned by %s) on %d windows; training residual %.3f",
@@ -739,29 +329,6 @@ class PrimitiveDictionary:
         if len(z) > MAX_FIT_WINDOWS:
             z = z[np.sort(rng.choice(len(z), MAX_FIT_WINDOWS, replace=False))]
         return z
-
-    def _learn(
-        self, z: FloatArray, fixed: FloatArray, n_learn: int, rng: np.random.Generator
-    ) -> FloatArray:
-        seed = int(rng.integers(2**31 - 1))
-        # scikit-learn is imported only by the learners that use it (it takes seconds).
-        if self.learner == "kmeans":
-            from sklearn.cluster import KMeans
-
-            km = KMeans(n_learn, n_init=3, max_iter=int(self.max_iter), random_state=seed)
-            return cast(FloatArray, km.fit(_unit_rows(z)).cluster_centers_)
-        if self.learner == "mbdl":
-            from sklearn.decomposition import MiniBatchDictionaryLearning
-
-            mbdl = MiniBatchDictionaryLearning(
-                n_learn, alpha=float(self.alpha), batch_size=int(self.batch_size),
-                max_iter=int(self.max_iter), fit_algorithm="cd", random_state=seed,
-            )
-            return cast(FloatArray, mbdl.fit(z).components_)
-        # Random training windows start K-SVD better than k-means centroids (measured on Helios:
-        # 0.348 vs 0.352 held-out after 10 sweeps), and cost nothing.
-        init = z[rng.choice(len(z), n_learn, replace=False)]
-        return _ksvd(z, fixed, init, sparsity=int(self.sparsity), max_iter=int(self.max_iter))
 
     # -- encode / reconstruct ---------------------------------------------------------------
 
@@ -829,7 +396,7 @@ class PrimitiveDictionary:
             raise ConfigError(f"encode part={part!r} is invalid; use 'full' or 'lookback'")
         w = self._windows_for(windows, part)
         z, mean, scale = znorm(w, min_scale=min_scale)
-        coefs = _code(self.atoms_[:, self._slice(part)], z, int(self.sparsity))
+        coefs = omp_codes(self.atoms_[:, self._slice(part)], z, int(self.sparsity))
         return Codes(coefs, mean, scale, part, int(self.version_))
 
     def _check_codes(self, codes: Codes) -> None:
@@ -972,8 +539,8 @@ class PrimitiveDictionary:
         z = z[(z**2).sum(axis=1) > 0.0]
         if len(z) == 0:
             return []
-        coefs = _code(self.atoms_, z, int(self.sparsity))
-        per, pooled = _residual_share(z, coefs @ self.atoms_)
+        coefs = omp_codes(self.atoms_, z, int(self.sparsity))
+        per, pooled = residual_share(z, coefs @ self.atoms_)
         self._record_usage(z, coefs, idle=True)
         version = int(self.version_) + 1
         added: list[str] = []
@@ -1005,7 +572,7 @@ class PrimitiveDictionary:
         n_new = min(free, MAX_NEW_ATOMS, max(1, len(z) // WINDOWS_PER_NEW_ATOM))
         if len(z) < n_new:
             return []
-        resid = z - _code(self.atoms_, z, int(self.sparsity)) @ self.atoms_
+        resid = z - omp_codes(self.atoms_, z, int(self.sparsity)) @ self.atoms_
         # scikit-learn is imported where it is used: it takes seconds to import, and encoding
         # (what a service does most) never needs it.
         from sklearn.cluster import KMeans
@@ -1017,12 +584,12 @@ class PrimitiveDictionary:
             # Fewer distinct residuals than clusters is fine: duplicates are replaced by K-SVD.
             warnings.simplefilter("ignore", ConvergenceWarning)
             km = KMeans(n_new, n_init=1, max_iter=int(self.max_iter), random_state=int(seed))
-            init = km.fit(_unit_rows(resid)).cluster_centers_
-        new = _ksvd(z, self.atoms_, init, sparsity=int(self.sparsity),
+            init = km.fit(unit_rows(resid)).cluster_centers_
+        new = ksvd(z, self.atoms_, init, sparsity=int(self.sparsity),
                     max_iter=int(self.max_iter))
-        new = _canonical_sign(new)
+        new = canonical_sign(new)
         atoms = np.vstack([self.atoms_, new])
-        shares = self._shares(z, _code(atoms, z, int(self.sparsity)), atoms)[len(self.atoms_):]
+        shares = self._shares(z, omp_codes(atoms, z, int(self.sparsity)), atoms)[len(self.atoms_):]
         keep = shares >= MIN_NEW_SHARE
         if not keep.any():
             logger.info("evolve: no candidate atom explains %.0f%% of the poor windows",
