@@ -4,8 +4,8 @@ A plan answers, per scope (VC, tenant, GPU type, or ``all``) of one cluster and 
 window: how many GPUs the scope needs at a planning quantile (per step and at the peak), the
 GPUs it has, the GPU-hours of demand expected above that capacity (shortfall) and the risk
 that jobs queue, the GPU-hours of capacity expected to sit idle and the energy they draw, and
-what to do (add, lend or release N GPUs). No SQL, no HTTP: :mod:`prism.services` loads the
-forecasts and capacities and calls :func:`plan_capacity`.
+what to do (add, lend or release N GPUs). No SQL, no HTTP: :mod:`prism.usecases.capacity`
+loads the forecasts and capacities and calls :func:`plan_capacity`.
 
 **The forecast distribution.** A forecast frame (``series_id, ts, model, mean, p..``) gives
 each step's quantile function at its quantile levels. Between two levels it is taken as
@@ -121,6 +121,7 @@ class Reservation:
         cluster: the cluster, or ``None`` for any.
         name: a label.
         line: the line of the file it was read from, if any (for error messages).
+        source: the file it was read from, if any (for error messages).
     """
 
     scope: str
@@ -130,6 +131,7 @@ class Reservation:
     cluster: str | None = None
     name: str = ""
     line: int | None = None
+    source: str | None = None
 
 
 _RESERVATION_COLUMNS = ("start", "end", "gpus", "scope")
@@ -200,7 +202,7 @@ def read_reservations(path: str | Path) -> list[Reservation]:
             raise bad("scope", "empty scope", "name the VC/tenant, or 'all'")
         out.append(Reservation(scope=cells["scope"], start=times["start"], end=times["end"],
                                gpus=gpus, cluster=cells.get("cluster") or None,
-                               name=cells.get("name", ""), line=number))
+                               name=cells.get("name", ""), line=number, source=str(p)))
     return out
 
 

@@ -86,7 +86,3 @@ class ModelNotReady(PrismError):
     def __init__(self, message: str, *, retry_after: float) -> None:
         self.retry_after = max(1, int(-(-retry_after // 1)))  # whole seconds, rounded up
         super().__init__(message)
-
-
-class PayloadTooLarge(PrismError):
-    """A request body or upload over the configured size limit."""

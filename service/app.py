@@ -17,26 +17,36 @@ from fastapi.middleware.cors import CORSMiddleware
 from prometheus_client import CollectorRegistry, disable_created_metrics
 from prometheus_client.registry import Collector
 
-from prism import __version__, services
+from prism import __version__
 from prism.config import Settings, get_settings
 from prism.errors import PrismError
-from prism.serving import ForecastServer
+from prism.hub import ForecastHub
+from prism.usecases import open_store
+from prism.usecases.forecast import start_hub
 from service.errors import handle_prism_error
 from service.middleware import BearerToken, BodyLimit, HttpMetrics
-from service.routers import capacity, decomposition, forecast, health, ingest, series
+from service.routers import (
+    capacity,
+    decomposition,
+    forecast,
+    health,
+    ingest,
+    models,
+    series,
+)
 from service.schemas import ErrorOut
 
 
-class _ServerMetrics(Collector):
-    """The forecast server's metrics, read at each scrape."""
+class _HubMetrics(Collector):
+    """The forecast hub's metrics, read at each scrape (the hub starts with the lifespan)."""
 
     def __init__(self, app: FastAPI) -> None:
         self._app = app
 
     def collect(self) -> Any:
-        server: ForecastServer | None = getattr(self._app.state, "server", None)
-        if server is not None:
-            yield from server.collect()
+        hub: ForecastHub | None = getattr(self._app.state, "hub", None)
+        if hub is not None:
+            yield from hub.collect()
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -46,17 +56,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         settings: default :func:`prism.config.get_settings` (``PRISM_*`` variables).
 
     Returns:
-        The app; its lifespan opens the store and starts the forecast server.
+        The app; its lifespan opens the store and starts the forecast hub.
     """
     settings = settings or get_settings()
     disable_created_metrics()  # no *_created series: they double every counter's output
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        store = services.open_store(settings.db)
+        store = open_store(settings.db)
         try:
             app.state.store = store
-            app.state.server = services.start_forecast_server(store, settings)
+            app.state.hub = start_hub(store, settings)
             # what is loaded now (torch, pandas, the catalogue) lives as long as the process:
             # keep the garbage collector from walking it again and again (long pauses)
             gc.collect()
@@ -64,7 +74,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             try:
                 yield
             finally:
-                app.state.server.close()
+                app.state.hub.close()
         finally:
             store.close()
 
@@ -75,14 +85,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         "sets a token. Errors are `{\"detail\": ...}`.",
     )
     app.state.settings = settings
-    app.state.rendered = forecast.RenderedForecasts(settings.forecast_cache_entries)
     app.state.metrics = CollectorRegistry(auto_describe=True)
-    app.state.metrics.register(_ServerMetrics(app))
+    app.state.metrics.register(_HubMetrics(app))
     app.add_exception_handler(PrismError, handle_prism_error)
     app.include_router(health.router)
     guarded: dict[int | str, dict[str, Any]] = {
         401: {"model": ErrorOut, "description": "no or wrong bearer token"}}
-    for module in (forecast, series, ingest, decomposition, capacity):
+    for module in (forecast, series, ingest, decomposition, capacity, models):
         app.include_router(module.router, responses=guarded)
     # the last added runs first: metrics, CORS (answers preflights), token, body limit
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)

@@ -2,7 +2,7 @@
 
 - ``StoreDep``: a store on its own cursor of the app's one DuckDB connection, closed after the
   request (a DuckDB connection is not thread-safe; cursors are).
-- ``ServerDep``: the app's :class:`~prism.serving.ForecastServer`.
+- ``ServerDep``: the app's :class:`~prism.hub.ForecastHub`.
 - ``SettingsDep``: the app's settings.
 
 The bearer token of ``/v1`` is checked by :class:`service.middleware.BearerToken`.
@@ -20,7 +20,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ValidationError
 
 from prism.config import Settings
-from prism.serving import ForecastServer
+from prism.hub import ForecastHub
 from prism.store import Store
 
 Q = TypeVar("Q", bound=BaseModel)
@@ -41,10 +41,10 @@ async def get_store(request: Request) -> AsyncIterator[Store]:
         cursor.close()
 
 
-async def get_server(request: Request) -> ForecastServer:
-    """The app's forecast server."""
-    server: ForecastServer = request.app.state.server
-    return server
+async def get_server(request: Request) -> ForecastHub:
+    """The app's forecast hub."""
+    hub: ForecastHub = request.app.state.hub
+    return hub
 
 
 _LIST_FIELDS: dict[type[BaseModel], frozenset[str]] = {}
@@ -84,13 +84,13 @@ def parse_query(model: type[Q], request: Request) -> Q:
         ) from None
 
 
-def server_of(request: Request) -> ForecastServer:
-    """The app's forecast server, for the one route that takes ``request`` instead of
+def server_of(request: Request) -> ForecastHub:
+    """The app's forecast hub, for the one route that takes ``request`` instead of
     ``ServerDep`` (``GET /v1/forecast``: a dependency costs more than its cached answer)."""
-    server: ForecastServer = request.app.state.server
-    return server
+    hub: ForecastHub = request.app.state.hub
+    return hub
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 StoreDep = Annotated[Store, Depends(get_store)]
-ServerDep = Annotated[ForecastServer, Depends(get_server)]
+ServerDep = Annotated[ForecastHub, Depends(get_server)]

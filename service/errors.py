@@ -20,12 +20,18 @@ from prism.errors import (
     IngestError,
     ModelNotReady,
     NotFittedError,
-    PayloadTooLarge,
     PrismError,
     SeriesNotFound,
 )
 
 logger = logging.getLogger(__name__)
+
+
+class PayloadTooLarge(PrismError):
+    """A request body or upload over the configured size limit (raised by
+    :class:`service.middleware.BodyLimit`; a :class:`PrismError`, so the one handler maps
+    it)."""
+
 
 _STATUS: tuple[tuple[type[PrismError], int], ...] = (
     (SeriesNotFound, 404),

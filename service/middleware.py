@@ -13,8 +13,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from prism.errors import PayloadTooLarge
-from service.errors import error_response
+from service.errors import PayloadTooLarge, error_response
 
 #: Request latency buckets (seconds): fine below 25 ms, where cached forecasts answer.
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,

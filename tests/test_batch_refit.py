@@ -12,14 +12,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from prism import batch, registry, services
+from prism import batch, registry
 from prism.cli import main
 from prism.errors import ConfigError, DataContractError
 from prism.forecasters import get_forecaster
 from prism.forecasters.base import clone
-from prism.registry import SeriesModels
-from prism.serving import ForecastServer
+from prism.forecasters.compose import SeriesModels
+from prism.hub import ForecastHub
 from prism.store import Store
+from prism.usecases.batch import run_batch_job
+from prism.usecases.forecast import forecast_series
 from tests.test_batch import (
     PRISM_SMALL,
     QUANTILES,
@@ -103,9 +105,8 @@ def test_a_refit_task_saves_forecasts_nothing_and_a_failing_series_is_not_saved(
         held = registry.newest_for_series(root, "trouble")
         assert sorted(held) == names[1:]  # the fallback's seasonal naive is not saved
         with pytest.raises(ConfigError, match="was not fitted on 'a/boom/gpus_in_use'"):
-            services.forecast_series(":memory:", ["a/boom/gpus_in_use"], horizon="1h",
-                                     quantiles=QUANTILES, model="trouble",
-                                     from_model="trouble", models_dir=root)
+            forecast_series(store, ["a/boom/gpus_in_use"], horizon="1h", quantiles=QUANTILES,
+                            model="trouble", from_model="trouble", models_dir=root)
     assert reason.endswith("; not saved")
     assert report.rows == 0 and store.fetch_one(
         "SELECT count(*) FROM batch_forecasts WHERE run_id = ?", [report.run_id]) == (0,)
@@ -230,8 +231,9 @@ def test_cli_batch_save_spreads_series_over_models_and_from_model_joins_them(
 ) -> None:
     path, panel = db
     models = tmp_path / "models"
-    result = services.run_batch(path, None, models=["naive"], task="refit", workers=1,
-                                models_dir=models)
+    with Store.open(path) as store:
+        result = run_batch_job(store, None, models=["naive"], task="refit", workers=1,
+                               models_dir=models)
     report = result.reports[0]
     assert (report.saved, len(report.model_ids)) == (6, 1)
     with Store.open(path) as store:  # smaller chunks: one model per 2 series
@@ -239,9 +241,10 @@ def test_cli_batch_save_spreads_series_over_models_and_from_model_joins_them(
                                        task="refit", chunk_size=2, models_dir=models)
     assert len(small_chunks.model_ids) == 3
     ids = sorted(panel["series_id"].unique())
-    got = services.forecast_series(path, [ids[5], ids[0]], horizon="1h", quantiles=QUANTILES,
-                                   model="window_average", from_model="window_average",
-                                   models_dir=models)
+    with Store.open(path) as store:
+        got = forecast_series(store, [ids[5], ids[0]], horizon="1h", quantiles=QUANTILES,
+                              model="window_average", from_model="window_average",
+                              models_dir=models)
     assert got.model_id is None and len(got.model_ids) == 2
     want = get_forecaster("window_average", window="1h").fit(
         panel[panel["series_id"].isin([ids[0], ids[5]])]).predict("1h", QUANTILES)
@@ -267,8 +270,8 @@ def test_serving_finds_the_chunk_model_of_a_series(
     assert len(report.model_ids) == 2
     held = registry.newest_for_series(models, "seasonal_naive")
     with Store.open(path) as store:
-        server = ForecastServer(store, models_dir=models, default_model="naive",
-                                fit_budget_s=30).start()
+        server = ForecastHub(store, models_dir=models, default_model="naive",
+                             fit_budget_s=30).start()
         try:
             assert server.status()["models_in_registry"] == 2
             spec = server.spec("seasonal_naive", params)

@@ -126,7 +126,7 @@ async def _load(port: int, paths: list[bytes], concurrency: int, duration: float
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and write its results."""
-    from prism import services
+    from prism.usecases.catalogue import generate_trace
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--duration", type=float, default=5.0, help="seconds per concurrency")
@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {"cpus": os.cpu_count()}
     with tempfile.TemporaryDirectory(prefix="prism-bench-") as tmp:
         folder = Path(tmp)
-        trace = services.generate_trace(folder / "trace", days=args.days, clusters=1, seed=0)
+        trace = generate_trace(folder / "trace", days=args.days, clusters=1, seed=0)
         port = _free_port()
         server = _start_server(folder, port)
         base = f"http://{HOST}:{port}"

@@ -7,7 +7,7 @@ bursts, variance shares) and the scope's planning backtest; and the accuracy tab
 last ``prism backtest --summary``. Nothing is fetched when the page is viewed: the styles are
 inline, the plots are ``data:`` PNGs and there is no script.
 
-The page only renders what :class:`ReportData` holds; :mod:`prism.services` gathers it.
+The page only renders what :class:`ReportData` holds; :mod:`prism.usecases.report` gathers it.
 Numbers in tables carry their exact value in ``data-value`` (the text shows it rounded).
 """
 

@@ -1,2 +1,2 @@
-"""The API's routers: each route parses a schema, calls one ``prism.services`` function and
-returns a schema."""
+"""The API's routers: each route parses a schema, calls a use case of :mod:`prism.usecases`
+(the same function as the CLI) and returns a schema."""

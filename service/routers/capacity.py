@@ -1,5 +1,6 @@
-"""``/v1/capacity`` and ``/v1/reports/capacity``: the capacity plan and report of
-:mod:`prism.services` (the same use cases as ``prism capacity`` and ``prism report``)."""
+"""``/v1/capacity`` and ``/v1/reports/capacity``: the capacity plan and report
+(:mod:`prism.usecases.capacity`, :mod:`prism.usecases.report`: the same use cases as
+``prism capacity`` and ``prism report``, with the hub's models as the forecast source)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 from fastapi.responses import HTMLResponse
 
-from prism import services
-from prism.capacity import Watts
+from prism.capacity import Watts, parse_reservation
+from prism.usecases import report as report_uc
+from prism.usecases.capacity import plan_cluster_capacity
+from prism.usecases.forecast import HubModels
 from service.deps import ServerDep, StoreDep
 from service.schemas import CapacityOut, CapacityQuery, CapacityRowOut, ErrorOut, ReportQuery
 
@@ -28,9 +31,11 @@ def capacity(q: Annotated[CapacityQuery, Query()], server: ServerDep,
     """GPUs each scope needs over the horizon at the quantile, against its capacity: expected
     shortfall and idle GPU-hours, queueing risk, energy, and what to do."""
     watts = Watts(idle=q.watts_idle, busy=q.watts_busy)
-    plan = services.capacity_plan(server, store, q.cluster, scope=q.scope, horizon=q.horizon,
-                                  quantile=q.quantile, model=q.model, params=q.params,
-                                  reservations=q.reservation, growth=q.growth, watts=watts)
+    plan = plan_cluster_capacity(
+        store, q.cluster, HubModels(server, q.model, q.params), scope=q.scope,
+        horizon=q.horizon, quantile=q.quantile,
+        reservations=[parse_reservation(r) for r in q.reservation], growth=q.growth,
+        watts=watts)
     return CapacityOut(cluster=q.cluster, horizon=q.horizon, quantile=q.quantile,
                        watts_idle=watts.idle, watts_busy=watts.busy,
                        rows=[CapacityRowOut.model_validate(r)
@@ -52,6 +57,7 @@ _JSON_ERRORS: dict[int | str, dict[str, object]] = {
 def capacity_report(q: Annotated[ReportQuery, Query()], server: ServerDep,
                     store: StoreDep) -> HTMLResponse:
     """The capacity report (what ``prism report`` writes) as one self-contained HTML page."""
-    return HTMLResponse(services.capacity_report_html(
-        server, store, cluster=q.cluster, horizon=q.horizon, quantile=q.quantile,
-        model=q.model))
+    page = report_uc.capacity_report(
+        store, HubModels(server, q.model), clusters=[q.cluster] if q.cluster else None,
+        horizon=q.horizon, quantile=q.quantile)
+    return HTMLResponse(page.html)

@@ -1,4 +1,5 @@
-"""``/v1/decomposition``: periods, primitives, bursts and level shifts of a series."""
+"""``/v1/decomposition``: periods, primitives, bursts and level shifts of a series (as
+``prism decompose``)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from prism import services
+from prism.usecases.series import decompose_series
 from service.deps import StoreDep
 from service.schemas import DecompositionOut, DecompositionQuery, ErrorOut
 
@@ -18,4 +19,4 @@ def decomposition(q: Annotated[DecompositionQuery, Query()], store: StoreDep
                   ) -> DecompositionOut:
     """Decompose a series into primitives (the dictionary learned with its siblings)."""
     return DecompositionOut.model_validate(
-        services.decomposition_summary(store, q.series_id, top=q.top))
+        decompose_series(store, q.series_id).summary(top=q.top))

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from collections import OrderedDict
-
 from fastapi import APIRouter, Request, Response
 from fastapi.concurrency import run_in_threadpool
 
-from prism import services
-from prism.serving import ServedForecast
+from prism.hub import ServedForecast
+from prism.usecases.forecast import cached_forecast, serve_forecasts
 from service.deps import ServerDep, parse_query, query_parameters, server_of
 from service.schemas import ErrorOut, ForecastOut, ForecastQuery, ForecastRequest, ForecastsOut
 
@@ -21,31 +19,9 @@ _ERRORS: dict[int | str, dict[str, object]] = {
 }
 
 
-class RenderedForecasts:
-    """Cached forecasts already rendered as ``ForecastOut`` JSON, most recent kept.
-
-    Used on the event loop only (no lock). The key names the forecast's content (series,
-    model version, data watermark, horizon, quantiles), so a stale entry is never served: it
-    is only evicted.
-    """
-
-    def __init__(self, size: int) -> None:
-        self._size = max(size, 1)
-        self._bodies: OrderedDict[tuple[object, ...], bytes] = OrderedDict()
-
-    def body(self, served: ServedForecast) -> bytes:
-        """The JSON of a cached forecast, rendered once."""
-        key = (served.series_id, served.model, served.model_version, served.watermark,
-               served.horizon_steps, served.quantiles)
-        body = self._bodies.get(key)
-        if body is None:
-            out = ForecastOut.model_validate(served, from_attributes=True)
-            body = self._bodies[key] = out.model_dump_json().encode()
-            if len(self._bodies) > self._size:
-                self._bodies.popitem(last=False)
-        else:
-            self._bodies.move_to_end(key)
-        return body
+def _render(served: ServedForecast) -> bytes:
+    """A forecast as the ``ForecastOut`` JSON of the answer (validated by the schema)."""
+    return ForecastOut.model_validate(served, from_attributes=True).model_dump_json().encode()
 
 
 @router.get("", response_model=ForecastOut,
@@ -57,17 +33,17 @@ async def get_forecast(request: Request) -> Response | ForecastOut:
     """The forecast of one series (cached; a series without a model gets one fitted)."""
     # The hot path of the API, lean on purpose: the query is parsed here (by the same
     # pydantic schema), a cached answer is served on the event loop already rendered (the
-    # same ForecastOut JSON, validated when it was rendered), and anything else (a DuckDB
-    # read, a forecast, a wait for a fit) runs on a worker thread.
+    # same ForecastOut JSON, validated when it was rendered once, and kept with the answer in
+    # the hub's cache), and anything else (a DuckDB read, a forecast, a wait for a fit) runs
+    # on a worker thread.
     q = parse_query(ForecastQuery, request)
     server = server_of(request)
-    served = services.cached_forecast(server, q.series_id, horizon=q.horizon,
-                                      quantiles=q.levels, model=q.model, params=q.params)
+    served = cached_forecast(server, q.series_id, horizon=q.horizon, quantiles=q.levels,
+                             model=q.model, params=q.params)
     if served is not None:
-        rendered: RenderedForecasts = request.app.state.rendered
-        return Response(rendered.body(served), media_type="application/json")
+        return Response(server.rendered(served, _render), media_type="application/json")
     [served] = await run_in_threadpool(
-        services.serve_forecasts, server, [q.series_id], horizon=q.horizon,
+        serve_forecasts, server, [q.series_id], horizon=q.horizon,
         quantiles=q.levels, model=q.model, params=q.params)
     return ForecastOut.model_validate(served, from_attributes=True)
 
@@ -75,8 +51,8 @@ async def get_forecast(request: Request) -> Response | ForecastOut:
 @router.post("", response_model=ForecastsOut, responses=_ERRORS)
 def post_forecast(body: ForecastRequest, server: ServerDep) -> ForecastsOut:
     """Forecasts of several series with one model; their fits share one time budget."""
-    served = services.serve_forecasts(server, body.series_ids, horizon=body.horizon,
-                                      quantiles=body.quantiles, model=body.model,
-                                      params=body.text_params)
+    served = serve_forecasts(server, body.series_ids, horizon=body.horizon,
+                             quantiles=body.quantiles, model=body.model,
+                             params=body.text_params)
     return ForecastsOut(forecasts=[ForecastOut.model_validate(s, from_attributes=True)
                                    for s in served])

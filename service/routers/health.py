@@ -6,7 +6,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from prism import services
+from prism.usecases.forecast import hub_status
 from service.deps import ServerDep
 from service.schemas import ErrorOut, HealthOut, ReadyOut
 
@@ -21,8 +21,8 @@ async def healthz() -> HealthOut:
 
 @router.get("/readyz", response_model=ReadyOut, responses={503: {"model": ErrorOut}})
 async def readyz(server: ServerDep) -> ReadyOut | JSONResponse:
-    """The store is open and the forecast server is serving."""
-    status = services.server_status(server)
+    """The store is open and the forecast hub is serving."""
+    status = hub_status(server)
     if status is None:
         return JSONResponse({"detail": "starting or stopping"}, status_code=503)
     return ReadyOut.model_validate(status)

@@ -10,8 +10,8 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 from starlette.datastructures import UploadFile
 
-from prism import services
 from prism.ingest.base import IngestOptions
+from prism.usecases.ingest import ingest_upload
 from service.deps import ServerDep
 from service.schemas import ErrorOut, IngestFileOut, IngestOut, IngestQuery, IngestRecords
 
@@ -45,7 +45,7 @@ async def ingest(q: Annotated[IngestQuery, Query()], request: Request,
         cluster=q.cluster, scope=q.scope, tz=q.tz, origin=q.origin, time_col=q.time_col,
         mapping=_pairs(q.map), on_error=q.on_error, extra=_pairs(q.option))
     outcome = await run_in_threadpool(
-        services.ingest_upload, server, q.format, files=files, records=records,
+        ingest_upload, server, q.format, files=files, records=records,
         options=options, freq=q.freq, fill=q.fill)
     report = outcome.report
     return IngestOut(

@@ -20,9 +20,11 @@ import uvicorn
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from prism import services
+from prism import usecases
 from prism.config import Settings
 from prism.ingest.base import IngestOptions
+from prism.usecases.catalogue import generate_trace
+from prism.usecases.ingest import ingest_files
 from service.app import create_app
 
 SERIES = "cluster-0/all/gpu_demand"
@@ -41,10 +43,11 @@ class Trace:
 def trace(tmp_path_factory: pytest.TempPathFactory) -> Trace:
     """A 7-day, one-cluster trace and a template store holding it."""
     folder = tmp_path_factory.mktemp("trace")
-    generated = services.generate_trace(folder, days=7, clusters=1, seed=0)
+    generated = generate_trace(folder, days=7, clusters=1, seed=0)
     db = folder / "template.duckdb"
-    services.ingest_files(db, [generated.jobs_path], "jobs-csv", IngestOptions())
-    services.ingest_files(db, [generated.capacity_path], "capacity-csv", IngestOptions())
+    with usecases.open_store(db) as store:
+        ingest_files(store, [generated.jobs_path], "jobs-csv", IngestOptions())
+        ingest_files(store, [generated.capacity_path], "capacity-csv", IngestOptions())
     return Trace(db, Path(generated.jobs_path), Path(generated.capacity_path))
 
 

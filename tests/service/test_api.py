@@ -263,11 +263,13 @@ def test_a_restart_reuses_the_saved_model_and_the_duckdb_cache(settings: Setting
 
 
 def test_a_model_saved_by_the_cli_serves_every_series(trace: Trace, tmp_path: Path) -> None:
-    from prism import services
+    from prism import usecases
+    from prism.usecases.forecast import forecast_series
 
     settings = make_settings(trace, tmp_path)
-    saved = services.forecast_series(settings.db, None, horizon="1h", quantiles=[0.5],
-                                     model="naive", save=True, models_dir=settings.models_dir)
+    with usecases.open_store(settings.db, must_exist=True) as store:
+        saved = forecast_series(store, None, horizon="1h", quantiles=[0.5], model="naive",
+                                save=True, models_dir=settings.models_dir)
     with TestClient(create_app(settings)) as client:
         for sid in (SERIES, "cluster-0/vc-l10/gpus_in_use"):
             fc = client.get("/v1/forecast", params={"series_id": sid, "horizon": "1h",

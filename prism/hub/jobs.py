@@ -1,0 +1,404 @@
+"""The models the hub serves, and the background jobs that make them ready.
+
+The model of ``(series, spec)`` is, in order: one already in memory; the newest registry model
+of the same alias and hyperparameters fitted on the series; or a new one, fitted on the series
+alone and saved to the registry. It serves the series only once it has absorbed the series'
+current data (an ``update``; a refit when the data changed before its end).
+
+Fits, loads, updates (``sync``) and refits run on a bounded thread pool, never on a request
+thread. A request waits until its deadline and then gets :class:`ModelNotReady`, with an
+estimate of the job's remaining time from past job times.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import replace
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from prism import registry
+from prism.errors import ConfigError, DataContractError, ModelNotReady, PrismError
+from prism.forecasters import get_forecaster
+from prism.forecasters.base import BaseForecaster, clone
+from prism.hub.catalogue import Catalogue
+from prism.hub.metrics import HubMetrics
+from prism.hub.types import LoadedModel, ModelSpec, spec_key
+from prism.schema import SERIES_ID, TS, VALUE
+from prism.store import Store
+
+logger = logging.getLogger(__name__)
+
+#: What a job is expected to take before any was timed (seconds), for ``Retry-After``.
+_FIRST_GUESS = {"fit": 5.0, "load": 2.0, "sync": 1.0, "refit": 5.0}
+
+JobKey = tuple[str, ...]
+
+
+class ModelJobs:
+    """Models in memory, the registry index, and the pool that fits, loads and updates them.
+
+    Args:
+        store: the open store (read on cursors of its own).
+        models_dir: the model registry.
+        catalogue: the series and their current watermarks.
+        metrics: where job times and refused jobs are recorded.
+        stop: set when the hub closes (no new job; the refit schedule ends).
+        workers: background threads.
+        queue_limit: the most jobs waiting at once.
+        refit_s: refit models whose parameters are older than this (``None``: never).
+    """
+
+    def __init__(self, store: Store, *, models_dir: Path, catalogue: Catalogue,
+                 metrics: HubMetrics, stop: threading.Event, workers: int, queue_limit: int,
+                 refit_s: float | None) -> None:
+        self._store = store
+        self._models_dir = models_dir
+        self._catalogue = catalogue
+        self._metrics = metrics
+        self._stop = stop
+        self._queue_limit = int(queue_limit)
+        self.refit_s = refit_s
+        self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="prism-fit")
+        self._lock = threading.Lock()  # guards the dicts below; never held while waiting
+        self._models: dict[str, LoadedModel] = {}
+        self._routes: dict[tuple[str, str], str] = {}  # (series, model key) -> model id
+        self._index: dict[tuple[str, str], registry.ModelRecord] = {}  # registry, not loaded
+        self._jobs: dict[JobKey, Future[None]] = {}
+        self._job_started: dict[JobKey, float] = {}
+        self._durations: dict[tuple[str, str], float] = {}  # (kind, alias) -> EMA seconds
+
+    # -- life cycle ----------------------------------------------------------------------------
+    def index_registry(self) -> None:
+        """Read which registry model serves which ``(series, model key)`` (newest wins)."""
+        index: dict[tuple[str, str], registry.ModelRecord] = {}
+        for record in registry.list_models(self._models_dir):  # newest first
+            try:
+                key = spec_key(record.alias, record.params)
+            except ConfigError:
+                continue  # an alias this PRISM does not know
+            for sid in record.series_ids:
+                index.setdefault((sid, key), record)
+        with self._lock:
+            self._index = index
+
+    def warm_up(self, alias: str) -> None:
+        """Fit ``alias`` once on a small synthetic series, off the request path.
+
+        The first fit in a process imports torch, scikit-learn and scipy and sets torch up
+        (about 2 s here); without this the first request for a series without a saved model
+        would pay that on top of its fit and exceed the fit budget.
+        """
+        started = time.perf_counter()
+        try:
+            steps = 144 * 4
+            t = np.arange(steps)
+            panel = pd.DataFrame({
+                SERIES_ID: "warm-up/all/gpus_in_use",
+                TS: pd.date_range("2026-01-05", periods=steps, freq="10min"),
+                VALUE: 40.0 + 20.0 * np.sin(2 * np.pi * t / 144) + (t % 37 == 0) * 10.0,
+            })
+            get_forecaster(alias).fit(panel).predict(6, (0.5, 0.9))
+        except Exception as exc:  # a warm-up must never take the hub down
+            logger.warning("warm-up fit of %s failed (%s: %s); the first fit will be slower",
+                           alias, type(exc).__name__, exc)
+            return
+        logger.info("warmed up %s in %.1f s", alias, time.perf_counter() - started)
+
+    def refit_schedule(self) -> None:
+        """Refit the models older than ``refit_s`` until the hub stops (a thread's target)."""
+        assert self.refit_s is not None
+        tick = min(60.0, self.refit_s / 4)
+        while not self._stop.wait(tick):
+            with self._lock:
+                due = [m.model_id for m in self._models.values()
+                       if time.time() - m.fitted_at >= self.refit_s]
+            for model_id in due:
+                try:
+                    self._submit(("refit", model_id), self._refit_job, model_id)
+                except ModelNotReady:
+                    break
+
+    def shutdown(self) -> None:
+        """Let running jobs finish; drop the waiting ones."""
+        self._executor.shutdown(wait=True, cancel_futures=True)
+
+    def counts(self) -> dict[str, int]:
+        """``models_loaded``, ``models_in_registry`` and ``jobs`` (waiting or running)."""
+        with self._lock:
+            return {"models_loaded": len(self._models),
+                    "models_in_registry": len({r.model_id for r in self._index.values()}),
+                    "jobs": sum(not f.done() for f in self._jobs.values())}
+
+    # -- what requests ask -----------------------------------------------------------------------
+    def ready(self, series_id: str, spec: ModelSpec) -> LoadedModel | None:
+        """The model of ``(series, spec)`` if it has absorbed the series' current data."""
+        state = self._catalogue.get(series_id) or self._catalogue.state(series_id)
+        with self._lock:
+            model_id = self._routes.get((series_id, spec.key))
+            loaded = self._models.get(model_id) if model_id else None
+        if loaded is not None and loaded.synced.get(series_id) == state.watermark:
+            return loaded
+        return None
+
+    def wait_ready(self, series_id: str, spec: ModelSpec, deadline: float) -> LoadedModel:
+        """The model of ``(series, spec)`` with the series' current data absorbed, waiting
+        for its job until ``deadline`` (``time.monotonic()``).
+
+        Raises:
+            ModelNotReady: when the job is not done by the deadline, or the queue is full.
+            DataContractError / ConfigError: when the series cannot be fitted.
+        """
+        while True:
+            loaded = self.ready(series_id, spec)
+            if loaded is not None:
+                return loaded
+            key, future = self.job_for(series_id, spec)
+            remaining = deadline - time.monotonic()
+            try:
+                future.result(timeout=max(0.0, remaining))
+            except FutureTimeout:
+                raise ModelNotReady(
+                    f"model {spec.key} for {series_id!r} is being "
+                    f"{'fitted' if key[0] in ('fit', 'refit') else 'updated'}; "
+                    "retry after the time in Retry-After", retry_after=self._eta(key, spec)
+                ) from None
+            except PrismError as exc:
+                if key[0] != "load":
+                    raise
+                logger.warning("cannot load %s for %s (%s); fitting a new one", key[1],
+                               series_id, exc)
+                with self._lock:
+                    self._index = {k: r for k, r in self._index.items()
+                                   if r.model_id != key[1]}
+            if time.monotonic() >= deadline:
+                loaded = self.ready(series_id, spec)
+                if loaded is not None:
+                    return loaded
+                raise ModelNotReady(f"model {spec.key} for {series_id!r} is catching up with "
+                                    "new data", retry_after=self._eta(key, spec))
+
+    def job_for(self, series_id: str, spec: ModelSpec) -> tuple[JobKey, Future[None]]:
+        """Start (or join) the job that makes the model of ``(series, spec)`` ready.
+
+        Raises:
+            ModelNotReady: when the queue is full or the hub is closing.
+        """
+        with self._lock:
+            model_id = self._routes.get((series_id, spec.key))
+            record = self._index.get((series_id, spec.key))
+        if model_id is not None:
+            key: JobKey = ("sync", model_id)
+            return key, self._submit(key, self._sync_job, model_id)
+        if record is not None:
+            key = ("load", record.model_id)
+            return key, self._submit(key, self._load_job, record, spec)
+        key = ("fit", series_id, spec.key)
+        return key, self._submit(key, self._fit_job, series_id, spec)
+
+    def refit_series(self, series_ids: Sequence[str], spec: ModelSpec) -> tuple[int, int]:
+        """Queue the refit of the models of ``spec`` that serve ``series_ids`` (on their data
+        now), and a fit of each of those series that has no such model yet.
+
+        Returns:
+            ``(refits, fits)`` queued (a refit covers every series its model serves).
+
+        Raises:
+            ModelNotReady: when the queue is full or the hub is closing (what was queued
+                before stays queued).
+        """
+        wanted = set(series_ids)
+        with self._lock:
+            due = sorted({m for (sid, key), m in self._routes.items()
+                          if sid in wanted and key == spec.key})
+            covered = {sid for (sid, key) in self._routes if sid in wanted and key == spec.key}
+        for model_id in due:
+            self._submit(("refit", model_id), self._refit_job, model_id)
+        missing = [sid for sid in series_ids if sid not in covered]
+        for sid in missing:
+            key = ("fit", sid, spec.key)
+            self._submit(key, self._fit_job, sid, spec)
+        return len(due), len(missing)
+
+    def sync_series(self, series_ids: Sequence[str]) -> None:
+        """Start updating the models that serve these series (after an ingest changed them);
+        with the queue full, the next request for one schedules it."""
+        wanted = set(series_ids)
+        with self._lock:
+            model_ids = sorted({mid for (sid, _), mid in self._routes.items() if sid in wanted})
+        for model_id in model_ids:
+            try:
+                self._submit(("sync", model_id), self._sync_job, model_id)
+            except ModelNotReady:
+                pass
+
+    # -- the pool ------------------------------------------------------------------------------
+    def _submit(self, key: JobKey, fn: Callable[..., None], *args: Any) -> Future[None]:
+        with self._lock:
+            existing = self._jobs.get(key)
+            if existing is not None and not existing.done():
+                return existing
+            waiting = sum(not f.running() and not f.done() for f in self._jobs.values())
+            if waiting >= self._queue_limit:
+                self._metrics.job_rejected()
+                raise ModelNotReady(f"{waiting} model jobs are waiting; retry later",
+                                    retry_after=_FIRST_GUESS["fit"])
+            if self._stop.is_set():
+                raise ModelNotReady("the server is shutting down", retry_after=5)
+
+            def run() -> None:
+                with self._lock:
+                    self._job_started[key] = time.monotonic()
+                try:
+                    fn(*args)
+                finally:
+                    with self._lock:
+                        self._job_started.pop(key, None)
+
+            future: Future[None] = self._executor.submit(run)
+            self._jobs[key] = future
+
+        def forget(done: Future[None]) -> None:
+            with self._lock:
+                if self._jobs.get(key) is done:
+                    del self._jobs[key]
+            if not done.cancelled() and done.exception() is not None:
+                logger.warning("job %s failed: %s", key, done.exception())
+
+        future.add_done_callback(forget)
+        return future
+
+    def _eta(self, key: JobKey, spec: ModelSpec) -> float:
+        """Seconds until the job ``key`` is likely done."""
+        with self._lock:
+            expected = self._durations.get((key[0], spec.alias), _FIRST_GUESS[key[0]])
+            started = self._job_started.get(key)
+            ahead = sum(not f.running() and not f.done()
+                        for k, f in self._jobs.items() if k != key)
+        elapsed = time.monotonic() - started if started is not None else 0.0
+        return max(1.0, expected - elapsed) + ahead * expected
+
+    def _timed(self, kind: str, alias: str, seconds: float) -> None:
+        self._metrics.job_timed(alias, kind, seconds)
+        with self._lock:
+            old = self._durations.get((kind, alias))
+            self._durations[(kind, alias)] = seconds if old is None else 0.7 * old + 0.3 * seconds
+
+    # -- the jobs ------------------------------------------------------------------------------
+    def _publish(self, loaded: LoadedModel, *, replaces: str | None = None) -> None:
+        with self._lock:
+            self._models[loaded.model_id] = loaded
+            for sid in loaded.forecaster.series_ids_:
+                route = (sid, loaded.spec.key)
+                if replaces is None or self._routes.get(route) in (None, replaces):
+                    self._routes[route] = loaded.model_id
+            if replaces is not None and replaces != loaded.model_id:
+                self._models.pop(replaces, None)
+
+    def _save(self, forecaster: BaseForecaster) -> str:
+        try:
+            return registry.save_model(forecaster, self._models_dir).model_id
+        except (ConfigError, OSError) as exc:  # serve it anyway; a restart will refit
+            logger.warning("could not save %s to the registry: %s", forecaster.alias, exc)
+            return f"{forecaster.alias}-unsaved-{id(forecaster):x}"
+
+    def _fit_job(self, series_id: str, spec: ModelSpec) -> None:
+        state = self._catalogue.state(series_id)  # the watermark before the data is read
+        with self._store.cursor() as cur:
+            panel = cur.load_panel([series_id])
+        clock = time.perf_counter()
+        forecaster = get_forecaster(spec.alias, **dict(spec.params)).fit(panel)
+        self._timed("fit", spec.alias, time.perf_counter() - clock)
+        model_id = self._save(forecaster)
+        logger.info("fitted %s for %s as %s", spec.key, series_id, model_id)
+        self._publish(LoadedModel(model_id, spec, forecaster, time.time(),
+                                  {series_id: state.watermark}))
+
+    def _load_job(self, record: registry.ModelRecord, spec: ModelSpec) -> None:
+        clock = time.perf_counter()
+        forecaster, record = registry.load_model(self._models_dir, record.model_id)
+        fitted_at = datetime.fromisoformat(record.created).timestamp()
+        loaded = LoadedModel(record.model_id, spec, forecaster, fitted_at, {})
+        self._timed("load", spec.alias, time.perf_counter() - clock)
+        self._sync(loaded)
+
+    def _sync_job(self, model_id: str) -> None:
+        with self._lock:
+            loaded = self._models.get(model_id)
+        if loaded is not None:
+            self._sync(loaded)
+
+    def _sync(self, loaded: LoadedModel) -> None:
+        """Bring a model up to the stored data (update; refit when the grid changed)."""
+        catalogue = self._catalogue.snapshot()  # watermarks before the data is read
+        forecaster = loaded.forecaster
+        sids = [s for s in forecaster.series_ids_ if s in catalogue]
+        stale = [s for s in sids if loaded.synced.get(s) != catalogue[s].watermark]
+        if not stale:
+            if loaded.model_id not in self._models:
+                self._publish(loaded)
+            return
+        with self._store.cursor() as cur:
+            panel = cur.load_panel(stale)
+        new_points = []
+        for sid, group in panel.groupby(SERIES_ID, sort=True):
+            sid = str(sid)
+            history = forecaster.history_[sid]
+            values = group[VALUE].to_numpy(dtype=np.float64)
+            start = pd.Timestamp(group[TS].iloc[0])
+            if (start != forecaster.first_ts_[sid] or len(values) < len(history)
+                    or catalogue[sid].freq_s != forecaster.freq_s_):
+                logger.info("%s changed before its end in %s; refitting", sid, loaded.model_id)
+                self._refit(loaded)
+                return
+            same = min(len(history), len(values))
+            differ = np.flatnonzero(history[:same] != values[:same])
+            first = int(differ[0]) if len(differ) else same
+            if first < len(values):
+                new_points.append(group.iloc[first:])
+        updated = forecaster
+        if new_points:
+            clock = time.perf_counter()
+            updated = forecaster.copy()
+            try:
+                updated.update(pd.concat(new_points, ignore_index=True))
+            except DataContractError as exc:
+                logger.info("cannot update %s (%s); refitting", loaded.model_id, exc)
+                self._refit(loaded)
+                return
+            self._timed("update", loaded.spec.alias, time.perf_counter() - clock)
+        synced = {**loaded.synced, **{s: catalogue[s].watermark for s in stale}}
+        self._publish(replace(loaded, forecaster=updated, synced=synced))
+
+    def _refit(self, loaded: LoadedModel) -> None:
+        catalogue = self._catalogue.snapshot()
+        sids = [s for s in loaded.forecaster.series_ids_ if s in catalogue]
+        if not sids:
+            with self._lock:
+                self._models.pop(loaded.model_id, None)
+            return
+        with self._store.cursor() as cur:
+            panel = cur.load_panel(sids)
+        clock = time.perf_counter()
+        forecaster = clone(loaded.forecaster).fit(panel)
+        self._timed("refit", loaded.spec.alias, time.perf_counter() - clock)
+        model_id = self._save(forecaster)
+        logger.info("refitted %s as %s", loaded.model_id, model_id)
+        self._publish(LoadedModel(model_id, loaded.spec, forecaster, time.time(),
+                                  {s: catalogue[s].watermark for s in sids}),
+                      replaces=loaded.model_id)
+
+    def _refit_job(self, model_id: str) -> None:
+        with self._lock:
+            loaded = self._models.get(model_id)
+        if loaded is not None:
+            self._refit(loaded)

@@ -1,0 +1,363 @@
+"""Forecasts: from a model fitted now or saved (the CLI), or from the running hub (the API).
+
+``prism forecast`` and ``prism models list``; ``GET|POST /v1/forecast`` and ``/readyz``.
+
+A **forecast source** is where a use case that needs forecasts (a capacity plan, the capacity
+report) gets them: :class:`FittedModel` fits a forecaster now on the store's series (the CLI),
+:class:`HubModels` asks the running :class:`~prism.hub.ForecastHub` (its cached models; the
+API). Both answer the same question, so the CLI and the API call the same use case.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+import pandas as pd
+
+from prism.errors import ConfigError, PrismError
+from prism.forecasters.compose import SeriesModels
+from prism.forecasters.params import typed_params
+from prism.schema import SERIES_ID
+from prism.usecases.series import load_panel
+
+if TYPE_CHECKING:
+    from prism.config import Settings
+    from prism.forecasters.base import BaseForecaster
+    from prism.hub import ForecastHub, ServedForecast
+    from prism.store import Store
+
+
+
+
+# -- forecast sources ----------------------------------------------------------------------------
+class ForecastSource(Protocol):
+    """Where a use case gets the forecasts of stored series.
+
+    Attributes:
+        label: the model, as reports name it.
+    """
+
+    @property
+    def label(self) -> str:
+        """The model, as reports name it."""
+        ...
+
+    def forecast(self, store: Store, series_ids: list[str], horizon: str,
+                 levels: list[float]) -> tuple[pd.DataFrame, int]:
+        """``(frame, freq_s)``: the forecast contract (``series_id, ts, model, mean, p..``)
+        of the series over ``horizon`` at the quantile ``levels``, and their step.
+
+        Raises:
+            SeriesNotFound / ConfigError / ModelNotReady / DataContractError.
+        """
+        ...
+
+
+class FittedModel:
+    """Forecasts by a forecaster fitted now on the series it is asked for (the CLI).
+
+    Args:
+        model: the forecaster's alias.
+        params: its hyperparameters as text, typed as their defaults.
+
+    Raises:
+        ConfigError: for a parameter the forecaster does not take.
+    """
+
+    def __init__(self, model: str, params: dict[str, str] | None = None) -> None:
+        self._model = model
+        self._params = typed_params(model, params or {})
+
+    @property
+    def label(self) -> str:
+        """The forecaster's alias."""
+        return self._model
+
+    def forecast(self, store: Store, series_ids: list[str], horizon: str,
+                 levels: list[float]) -> tuple[pd.DataFrame, int]:
+        """Fit the forecaster on the series, then forecast them."""
+        from prism.forecasters import get_forecaster
+
+        forecaster = get_forecaster(self._model, **self._params)
+        forecaster.fit(store.load_panel(series_ids))
+        return forecaster.predict(horizon, levels), int(forecaster.freq_s_)
+
+
+class HubModels:
+    """Forecasts by the running hub's models (cached, fitted on demand; the API).
+
+    Args:
+        hub: the forecast hub.
+        model: a forecaster alias (default: the hub's default model).
+        params: its hyperparameters as text, typed as their defaults.
+
+    Raises:
+        ConfigError: for an unknown model or parameter.
+    """
+
+    def __init__(self, hub: ForecastHub, model: str | None = None,
+                 params: dict[str, str] | None = None) -> None:
+        alias = model or hub.spec().alias
+        self._hub = hub
+        self._spec = hub.spec(alias, typed_params(alias, params or {}))
+
+    @property
+    def label(self) -> str:
+        """The hub's model key (``prism``, or ``prism[use_rnn=false]``)."""
+        return str(self._spec.key)
+
+    def forecast(self, store: Store, series_ids: list[str], horizon: str,
+                 levels: list[float]) -> tuple[pd.DataFrame, int]:
+        """The hub's forecasts of the series (``store`` is not read: the hub has its own)."""
+        served = self._hub.forecast_many(series_ids, horizon=horizon, quantiles=levels,
+                                         spec=self._spec)
+        return pd.concat([f.frame() for f in served], ignore_index=True), served[0].freq_s
+
+
+# -- prism forecast ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ForecastResult:
+    """A forecast and the model behind it.
+
+    Attributes:
+        frame: the forecast contract (``series_id, ts, model, mean, p..``).
+        model_id: the registry id of the model (saved now, or loaded), if one model made it.
+        fallback: series id -> why it was forecast by the fallback.
+        model_ids: every registry model it was made with (several when ``from_model`` is an
+            alias whose series are spread over models, as a batch refit saves them).
+    """
+
+    frame: pd.DataFrame
+    model_id: str | None
+    fallback: dict[str, str]
+    model_ids: tuple[str, ...] = ()
+
+
+def forecast_series(
+    store: Store,
+    series_ids: Sequence[str] | None,
+    *,
+    horizon: str,
+    quantiles: Sequence[float],
+    model: str,
+    params: dict[str, str] | None = None,
+    save: bool = False,
+    from_model: str | None = None,
+    models_dir: str | Path | None = None,
+    reconcile: str | None = None,
+) -> ForecastResult:
+    """Forecast stored series with a newly fitted model, or with a saved one.
+
+    Args:
+        store: the store.
+        series_ids: series to forecast (all when ``None``).
+        horizon: a duration or a number of steps.
+        quantiles: quantile levels.
+        model: the forecaster's alias (ignored with ``from_model``).
+        params: its hyperparameters as text (``season=1w``), parsed to the types of their
+            defaults.
+        save: save the fitted model in the registry.
+        from_model: a registry model id to forecast with, or an alias: each series is then
+            forecast by the newest model of that alias fitted on it (the series of those
+            models that are in the store when no series are named). The models are updated
+            with the stored points that arrived after they were fitted.
+        models_dir: the registry (default ``PRISM_MODELS_DIR`` or ``./models``).
+        reconcile: ``bottom_up`` or ``mint_shrink`` to make scope forecasts add up.
+
+    Returns:
+        The :class:`ForecastResult`.
+
+    Raises:
+        SeriesNotFound: for an unknown series.
+        ConfigError: for an unknown model, a bad horizon, quantile or parameter.
+    """
+    from prism import registry
+    from prism.forecasters import get_forecaster
+    from prism.reconcile import one_step_residuals
+    from prism.reconcile import reconcile as reconcile_frame
+
+    root = _registry(models_dir)
+    model_id: str | None = None
+    model_ids: tuple[str, ...] = ()
+    if from_model:
+        forecaster, wanted, model_ids = _saved_models(store, root, from_model, series_ids)
+        model_id = model_ids[0] if len(model_ids) == 1 else None
+        fresh = load_panel(store, wanted)
+        newer = fresh[fresh["ts"] > fresh["series_id"].map(forecaster.last_ts_)]
+        if not newer.empty:
+            forecaster.update(newer)
+        frame = forecaster.predict(horizon, quantiles)
+        frame = frame[frame["series_id"].isin(wanted)].reset_index(drop=True)
+    else:
+        forecaster = get_forecaster(model, **typed_params(model, params or {}))
+        forecaster.fit(load_panel(store, series_ids))
+        frame = forecaster.predict(horizon, quantiles)
+        if save:
+            model_id = registry.save_model(forecaster, root).model_id
+            model_ids = (model_id,)
+    if reconcile:
+        frame = reconcile_frame(frame, method=reconcile,
+                                residuals=one_step_residuals(forecaster))
+    return ForecastResult(frame, model_id, dict(forecaster.fallback_), model_ids)
+
+
+def _registry(models_dir: str | Path | None) -> Path:
+    from prism.config import get_settings
+
+    return Path(models_dir) if models_dir is not None else get_settings().models_dir
+
+
+def _saved_models(store: Store, root: Path, name: str, series_ids: Sequence[str] | None
+                  ) -> tuple[BaseForecaster, list[str], tuple[str, ...]]:
+    """The saved model(s) that forecast the series: ``(forecaster, series, model ids)``.
+
+    ``name`` is a model id (that model), or an alias (for each series, the newest model of
+    the alias fitted on it, held together as one
+    :class:`~prism.forecasters.compose.SeriesModels` when they are several).
+
+    Raises:
+        ConfigError: for an unknown model, or a series no model named by ``name`` holds.
+    """
+    from prism import registry
+
+    by_id = [r for r in registry.list_models(root) if r.model_id == name]
+    if by_id:
+        records = dict.fromkeys(by_id[0].series_ids, by_id[0])
+    else:
+        records = registry.newest_for_series(root, name)
+        if not records:
+            registry.find_model(root, name)  # raises, naming the models there are
+    if series_ids:
+        wanted = list(dict.fromkeys(series_ids))
+    elif by_id:
+        wanted = list(records)
+    else:  # an alias: its series that are still in the store
+        stored = set(store.list_series()[SERIES_ID].astype(str))
+        wanted = sorted(s for s in records if s in stored)
+        if not wanted:
+            raise ConfigError(f"none of the series of the {name} models in {str(root)!r} is "
+                              "in the store; name the series, or fit new models")
+    unknown = [s for s in wanted if s not in records]
+    if unknown:
+        what = f"model {name}" if by_id else f"no {name} model in {str(root)!r}"
+        raise ConfigError(f"{what} was not fitted on {unknown[0]!r}; fit a model on it "
+                          "(prism forecast --model ... --save, or prism refit)")
+    needed = {records[s].model_id: records[s] for s in wanted}
+    loaded = {mid: registry.load_model(root, mid)[0] for mid in needed}
+    if len(loaded) == 1:
+        return next(iter(loaded.values())), wanted, tuple(loaded)
+    held = SeriesModels.join({s: loaded[records[s].model_id] for s in wanted})
+    return held, wanted, tuple(sorted(loaded))
+
+
+def list_models(models_dir: str | Path | None = None) -> pd.DataFrame:
+    """The saved models, newest first: id, alias, series, data range, metrics."""
+    from prism import registry
+
+    rows = [{"model_id": r.model_id, "alias": r.alias, "series": len(r.series_ids),
+             "data_start": r.data_start, "data_end": r.data_end, "version": r.version,
+             "created": r.created,
+             "calibration_mae_1step": r.metrics.get("calibration_mae_1step")}
+            for r in registry.list_models(_registry(models_dir))]
+    return pd.DataFrame(rows, columns=["model_id", "alias", "series", "data_start", "data_end",
+                                       "version", "created", "calibration_mae_1step"])
+
+
+# -- the hub (the API) ---------------------------------------------------------------------------
+def start_hub(store: Store, settings: Settings) -> ForecastHub:
+    """A started :class:`~prism.hub.ForecastHub` on ``store`` with the settings' registry,
+    default model, fit budget, workers, refit schedule and cache size.
+
+    Raises:
+        ConfigError: for a bad ``refit_every`` duration.
+    """
+    from prism.hub import ForecastHub
+
+    return ForecastHub(
+        store, models_dir=settings.models_dir, default_model=settings.default_model,
+        fit_budget_s=settings.fit_budget_s, fit_workers=settings.fit_workers,
+        fit_queue=settings.fit_queue, refit_every=settings.refit_every,
+        cache_entries=settings.forecast_cache_entries, drift_window=settings.drift_window,
+    ).start()
+
+
+def hub_status(hub: ForecastHub) -> dict[str, int] | None:
+    """What the hub holds (series, models, jobs, cache), or ``None`` when it is not serving
+    (starting or stopping)."""
+    return hub.status() if hub.ready else None
+
+
+def refit_served(hub: ForecastHub, series_ids: Sequence[str] | None, *,
+                 model: str | None = None, params: dict[str, str] | None = None
+                 ) -> tuple[int, int]:
+    """Have the hub refit its models of ``model`` for ``series_ids`` (``None``: all) on the
+    data it holds now, and fit the series that have none; the jobs run in the background
+    and each new model is saved to the registry (``prism refit`` while a server runs).
+
+    Returns:
+        ``(refits, fits)`` queued.
+
+    Raises:
+        SeriesNotFound: for an unknown series.
+        ConfigError: for a bad model or parameter.
+        ModelNotReady: when the hub's job queue is full.
+    """
+    alias = model or hub.spec().alias
+    return hub.refit(series_ids, alias, typed_params(alias, params or {}))
+
+
+def serve_forecasts(
+    hub: ForecastHub,
+    series_ids: Sequence[str],
+    *,
+    horizon: str,
+    quantiles: Sequence[float],
+    model: str | None = None,
+    params: dict[str, str] | None = None,
+) -> list[ServedForecast]:
+    """Forecasts of stored series from the hub (cached, or fitted on demand).
+
+    Args:
+        hub: the forecast hub.
+        series_ids: one or more series.
+        horizon: a duration or a number of steps.
+        quantiles: quantile levels.
+        model: a forecaster alias (default: the hub's default model).
+        params: hyperparameters as text (``use_rnn=false``), typed as their defaults.
+
+    Raises:
+        SeriesNotFound: for an unknown series.
+        ConfigError: for a bad horizon, quantile, model or parameter.
+        ModelNotReady: when a model is still being fitted or updated.
+    """
+    alias = model or hub.spec().alias
+    spec = hub.spec(alias, typed_params(alias, params or {}))
+    if len(series_ids) == 1:
+        return [hub.forecast(series_ids[0], horizon=horizon, quantiles=quantiles, spec=spec)]
+    return hub.forecast_many(series_ids, horizon=horizon, quantiles=quantiles, spec=spec)
+
+
+def cached_forecast(
+    hub: ForecastHub,
+    series_id: str,
+    *,
+    horizon: str,
+    quantiles: Sequence[float],
+    model: str | None = None,
+    params: dict[str, str] | None = None,
+) -> ServedForecast | None:
+    """The forecast from the hub's memory cache, or ``None``; never waits.
+
+    For the API's event loop: a hit is answered there without a trip through the thread
+    pool; a miss goes to :func:`serve_forecasts` on a worker thread. ``None`` also for any
+    request :func:`serve_forecasts` would refuse (it then says why).
+    """
+    try:
+        alias = model or hub.spec().alias
+        spec = hub.spec(alias, typed_params(alias, params or {}) if params else None)
+    except PrismError:
+        return None
+    return hub.cached(series_id, horizon=horizon, quantiles=quantiles, spec=spec)

@@ -1,0 +1,175 @@
+"""Stored series: the catalogue, the values of one, the panel, and decompositions.
+
+``prism series list|show|export`` and ``prism decompose``; ``GET /v1/series``,
+``/v1/series/values`` and ``/v1/decomposition``.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pandas as pd
+
+from prism.errors import ConfigError
+from prism.schema import PANEL_COLUMNS, SERIES_ID, split_series_id
+from prism.usecases.files import output_path
+
+if TYPE_CHECKING:
+    from prism.primitives.decompose import SeriesDecomposition
+    from prism.store import Store
+
+#: At most this many series of one cluster and metric teach a primitive dictionary.
+DICTIONARY_SERIES = 64
+
+
+def list_series(
+    store: Store, *, cluster: str | None = None, scope: str | None = None,
+    metric: str | None = None,
+) -> pd.DataFrame:
+    """The series catalogue (``series_id, cluster, scope, metric, freq, ...``), filtered by
+    cluster, scope and metric."""
+    return store.list_series(cluster=cluster, scope=scope, metric=metric)
+
+
+def series_values(
+    store: Store,
+    series_id: str,
+    *,
+    start: str | None = None,
+    end: str | None = None,
+    tail: int | None = None,
+) -> pd.DataFrame:
+    """Values of one series (``ts, value, filled``) in ``[start, end)``, the last ``tail``.
+
+    Raises:
+        SeriesNotFound: for an unknown series, with the closest ids.
+        DataContractError: for an id that is not ``cluster/scope/metric``.
+        ConfigError: for a ``start`` or ``end`` that is not a time.
+    """
+    split_series_id(series_id)
+    lo, hi = _time_arg(start, "start"), _time_arg(end, "end")
+    store.require_series([series_id])
+    frame = store.fetch_df(
+        """SELECT ts, value, filled FROM series_values WHERE series_id = ?
+           AND (?::TIMESTAMP IS NULL OR ts >= ?) AND (?::TIMESTAMP IS NULL OR ts < ?)
+           ORDER BY ts""",
+        [series_id, lo, lo, hi, hi],
+    )
+    frame["ts"] = frame["ts"].astype("datetime64[ns]")
+    return frame.tail(tail).reset_index(drop=True) if tail else frame
+
+
+def _time_arg(text: str | None, name: str) -> pd.Timestamp | None:
+    if text is None:
+        return None
+    try:
+        ts = pd.Timestamp(text)
+    except ValueError as exc:
+        raise ConfigError(f"--{name} {text!r} is not a time; write e.g. 2020-05-03T10:00") from exc
+    return ts.tz_convert("UTC").tz_localize(None) if ts.tzinfo else ts
+
+
+def load_panel(store: Store, series_ids: Sequence[str] | None = None) -> pd.DataFrame:
+    """The stored panel of the named series (all when ``None``).
+
+    Raises:
+        SeriesNotFound: for an unknown series.
+        ConfigError: when the store holds no series.
+    """
+    panel = store.load_panel(list(series_ids) if series_ids else None)
+    if panel.empty:
+        raise ConfigError("no series in the store: ingest data first (prism ingest)")
+    return panel
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    """Where a panel export went."""
+
+    path: Path
+    rows: int
+    series: int
+
+
+def export_panel(
+    store: Store, output: str | Path, *, series_ids: Sequence[str] | None = None
+) -> ExportResult:
+    """Write the panel (``series_id, ts, value``) to ``output`` (``.csv`` or ``.parquet``).
+
+    Raises:
+        ConfigError: for another file extension or a missing folder.
+        SeriesNotFound: for a named series that is not in the store.
+    """
+    path = output_path(output, (".csv", ".parquet"))
+    data, rows, series = panel_bytes(store, path.suffix.lstrip("."), series_ids=series_ids)
+    path.write_bytes(data)
+    return ExportResult(path, rows, series)
+
+
+def panel_bytes(store: Store, fmt: str, *, series_ids: Sequence[str] | None = None
+                ) -> tuple[bytes, int, int]:
+    """The panel (``series_id, ts, value``) encoded as ``csv`` or ``parquet``, with its row
+    and series counts (what ``prism series export`` writes, and what the API sends).
+
+    Raises:
+        ConfigError: for another format.
+        SeriesNotFound: for a named series that is not in the store.
+    """
+    if fmt not in ("csv", "parquet"):
+        raise ConfigError(f"an export is csv or parquet, not {fmt!r}")
+    panel = store.load_panel(list(series_ids) if series_ids else None)
+    panel = panel[list(PANEL_COLUMNS)]
+    if fmt == "csv":
+        data = panel.to_csv(index=False, date_format="%Y-%m-%dT%H:%M:%S").encode("utf-8")
+    else:
+        buffer = io.BytesIO()
+        panel.to_parquet(buffer, index=False)
+        data = buffer.getvalue()
+    return data, len(panel), int(panel[SERIES_ID].nunique())
+
+
+# -- decomposition ------------------------------------------------------------------------------
+def dictionary_series(store: Store, cluster: str, metric: str,
+                      wanted: Sequence[str]) -> list[str]:
+    """The series whose shapes teach the primitive dictionary of ``wanted`` (series of
+    ``cluster`` and ``metric``): those, then their siblings (same cluster and metric), at most
+    :data:`DICTIONARY_SERIES` in all unless ``wanted`` alone is more."""
+    siblings = store.list_series(cluster=cluster, metric=metric)[SERIES_ID].tolist()
+    chosen = list(dict.fromkeys(wanted))
+    chosen += [s for s in siblings if s not in chosen]
+    return chosen[:max(DICTIONARY_SERIES, len(wanted))]
+
+
+def decompose_series(store: Store, series_id: str) -> SeriesDecomposition:
+    """Decompose one stored series into primitives and structural parts.
+
+    The primitive dictionary is learned from the series and its siblings
+    (:func:`dictionary_series`), so that the atoms are shapes that recur across the cluster.
+
+    Raises:
+        SeriesNotFound: for an unknown series, with the closest ids.
+        DataContractError: for a bad id, or a series too short to decompose.
+    """
+    from prism.primitives.decompose import decompose
+
+    cluster, _, metric = split_series_id(series_id)
+    store.require_series([series_id])
+    panel = store.load_panel(dictionary_series(store, cluster, metric, [series_id]))
+    return decompose(panel, series_ids=[series_id]).series[series_id]
+
+
+def plot_decomposition(decomposition: SeriesDecomposition, output: str | Path) -> Path:
+    """Draw the series, its components and its top atoms to a PNG/SVG/PDF file.
+
+    Raises:
+        ConfigError: for a missing folder or an unsupported extension.
+    """
+    from prism.primitives.plot import plot_decomposition as draw
+
+    path = output_path(output, (".png", ".svg", ".pdf"), verb="draw", ignore_case=True)
+    draw(decomposition, path)
+    return path
