@@ -15,23 +15,22 @@ from prism.evaluation.backtest import backtest, backtest_cutoffs
 from prism.forecasters import get_forecaster
 from prism.forecasters.base import DEFAULT_QUANTILES
 from prism.forecasters.baselines import NaiveForecaster
+from tests import factories
 
 T0 = pd.Timestamp("2026-01-05")
 HOUR = pd.Timedelta("1h")
 
 
-def make_panel(lengths: dict[str, int], *, trend: bool = False, seed: int = 0) -> pd.DataFrame:
-    """Hourly series that all end at the same time (so longer ones start earlier)."""
-    rng = np.random.default_rng(seed)
-    end = T0 + 400 * HOUR
-    frames = []
-    for i, (sid, n) in enumerate(sorted(lengths.items())):
-        t = np.arange(n, dtype=np.float64)
-        value = (10 + 0.5 * t if trend
-                 else 40 + 15 * np.sin(2 * np.pi * t / 24 + i) + rng.normal(0, 2, n))
-        ts = pd.date_range(end=end, periods=n, freq="h")
-        frames.append(pd.DataFrame({"series_id": sid, "ts": ts, "value": value}))
-    return pd.concat(frames, ignore_index=True)
+def make_panel(lengths: dict[str, int], *, trend: bool = False) -> pd.DataFrame:
+    """Hourly series that all end at the same time (so longer ones start earlier): a daily
+    cycle with noise, or a noiseless ramp ``10 + 0.5 t`` (``trend``)."""
+    ids = sorted(lengths)
+    n = [lengths[s] for s in ids]
+    if trend:
+        return factories.make_panel(ids=ids, length=n, freq="h", end=T0 + 400 * HOUR,
+                                    level=10, trend=0.5, amplitude=0, noise=0)
+    return factories.make_panel(ids=ids, length=n, freq="h", end=T0 + 400 * HOUR,
+                                level=40, amplitude=15, noise=2)
 
 
 # -- cutoffs -----------------------------------------------------------------------------------

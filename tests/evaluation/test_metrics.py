@@ -40,6 +40,7 @@ from prism.evaluation.metrics import (
     wape,
 )
 from prism.forecasters import get_forecaster
+from tests.factories import make_panel
 
 T0 = pd.Timestamp("2026-01-05")
 
@@ -284,15 +285,9 @@ def test_quantile_levels_parses_columns() -> None:
     assert quantile_levels(frame) == {0.05: "p5", 0.5: "p50", 0.975: "p97.5"}
 
 
-def synthetic_panel(n: int = 240, series: int = 2, seed: int = 0) -> pd.DataFrame:
-    rng = np.random.default_rng(seed)
-    ts = pd.date_range(T0, periods=n, freq="h")
-    t = np.arange(n)
-    return pd.concat([
-        pd.DataFrame({"series_id": f"c/vc{i}/gpus_in_use", "ts": ts,
-                      "value": 40 + 15 * np.sin(2 * np.pi * t / 24 + i) + rng.normal(0, 3, n)})
-        for i in range(series)
-    ], ignore_index=True)
+def synthetic_panel(n: int = 240) -> pd.DataFrame:
+    """Two hourly series of ``n`` steps around 40 with a daily swing of 15 (seeded)."""
+    return make_panel(length=n, freq="h", start=T0, level=40, amplitude=15)
 
 
 def test_evaluate_matches_the_array_metrics_window_by_window() -> None:

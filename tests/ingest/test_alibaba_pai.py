@@ -150,46 +150,7 @@ def _task(start: str = "4550900.0", end: str = "4551416.0", inst: str = "1.0",
     return f"{job},{task},{inst},Terminated,{start},{end},{plan_cpu},29.296875,{plan_gpu},P100"
 
 
-BAD_ROWS = [
-    (_task(start="soon"), "start_time", "start_time is not a number"),
-    (_task(start="4551416.0", end="4550900.0"), "end_time", "end_time is before start_time"),
-    (_task(plan_gpu="-50.0"), "plan_gpu", "plan_gpu is negative"),
-    (_task(plan_gpu="half"), "plan_gpu", "plan_gpu is not a number"),
-    (_task(plan_cpu="-1"), "plan_cpu", "plan_cpu is negative"),
-    (_task(inst="-1.0"), "inst_num", "inst_num is negative"),
-    (_task(inst=""), "inst_num", "inst_num is empty"),
-    (_task(inst="1.5"), "inst_num", "not a whole number"),
-    (_task(job=""), "job_name", "job_name is empty"),
-    (_task(job="4b3f04b66a525d2df903eb16", task="tensorflow"), "task_name", "repeats"),
-    (_task(start="1e300"), "start_time", "out of range"),
-]
-
-
-@pytest.mark.parametrize(("bad_row", "column", "words"), BAD_ROWS)
-def test_bad_row_fails_naming_file_line_and_column(
-    tmp_path: Path, bad_row: str, column: str, words: str
-) -> None:
-    path = _write(tmp_path, [GOOD, ROW2, bad_row])
-    with pytest.raises(IngestError) as info:
-        ADAPTER.read(path, IngestOptions())
-    error = info.value
-    assert (error.path, error.line, error.column) == (str(path), 3, column)
-    message = str(error)
-    assert str(path) in message and "line 3" in message and f"column '{column}'" in message
-    assert words in message and "Fix:" in message
-
-
-@pytest.mark.parametrize(("bad_row", "column", "words"), BAD_ROWS)
-def test_skip_keeps_the_good_rows_and_rejects_the_bad_one(
-    tmp_path: Path, bad_row: str, column: str, words: str
-) -> None:
-    batch = ADAPTER.read(_write(tmp_path, [GOOD, bad_row, ROW2]), IngestOptions(on_error="skip"))
-    assert batch.frame["job_id"].tolist() == [JOB_IDS[0], JOB_IDS[2]]
-    assert batch.frame["_line"].tolist() == [1, 3]
-    assert [(r.line, r.column) for r in batch.rejects] == [(2, column)]
-    assert words in batch.rejects[0].reason
-
-
+# Bad task rows of every kind: tests/ingest/test_adapters.py.
 def test_job_missing_from_the_job_table(fixtures: Path, tmp_path: Path) -> None:
     path = _write(tmp_path, [GOOD, _task()])
     options = IngestOptions(extra={"job_table": str(fixtures / "pai_job_table.csv")})

@@ -140,52 +140,7 @@ def _row(job_id: str = "1425599", gpus: str = "1", cpus: str = "1", submit: str 
     return f"{job_id},u,vc1,{gpus},{cpus},1,COMPLETED,{submit},{start},{end},0,0"
 
 
-BAD_ROWS = [
-    (_row(submit="yesterday"), "submit_time", "submit_time is not a time"),
-    (_row(end="2020-13-45 00:00:00"), "end_time", "end_time is not a time"),
-    (_row(start="2020-06-09 20:00:00", end="2020-06-09 19:00:00"), "end_time",
-     "end_time is before start_time"),
-    (_row(start="2020-06-09 18:00:00", end="2020-06-09 19:00:00"), "start_time",
-     "start_time is before submit_time"),
-    (_row(gpus="-2"), "gpu_num", "gpu_num is negative"),
-    (_row(gpus="two"), "gpu_num", "gpu_num is not a number"),
-    (_row(gpus="1.5"), "gpu_num", "not a whole number"),
-    (_row(gpus=""), "gpu_num", "gpu_num is empty"),
-    (_row(cpus="-1"), "cpu_num", "cpu_num is negative"),
-    (_row(submit=""), "submit_time", "submit_time is empty"),
-    (_row(job_id=""), "job_id", "job_id is empty"),
-    (_row(job_id="1425511"), "job_id", "repeats an earlier row"),
-    (_row(submit="9999-01-01 00:00:00"), "submit_time", "submit_time is not a time"),
-]
-
-
-@pytest.mark.parametrize(("bad_row", "column", "words"), BAD_ROWS)
-def test_bad_row_fails_naming_file_line_and_column(
-    tmp_path: Path, bad_row: str, column: str, words: str
-) -> None:
-    path = _write(tmp_path, [GOOD, ROW2, bad_row])
-    with pytest.raises(IngestError) as info:
-        ADAPTER.read(path, IngestOptions())
-    error = info.value
-    assert (error.path, error.line, error.column) == (str(path), 4, column)
-    message = str(error)
-    assert str(path) in message and "line 4" in message and f"column '{column}'" in message
-    assert words in message
-    assert "Fix:" in message
-
-
-@pytest.mark.parametrize(("bad_row", "column", "words"), BAD_ROWS)
-def test_skip_keeps_the_good_rows_and_rejects_the_bad_one(
-    tmp_path: Path, bad_row: str, column: str, words: str
-) -> None:
-    path = _write(tmp_path, [GOOD, bad_row, ROW2])
-    batch = ADAPTER.read(path, IngestOptions(on_error="skip"))
-    assert batch.frame["job_id"].tolist() == ["1425511", "1425512"]
-    assert batch.frame["_line"].tolist() == [2, 4]
-    assert [(r.line, r.column) for r in batch.rejects] == [(3, column)]
-    assert words in batch.rejects[0].reason
-
-
+# Bad rows of every kind, each format: tests/ingest/test_adapters.py.
 def test_skip_with_several_bad_rows_reports_each(tmp_path: Path) -> None:
     rows = [GOOD, _row(submit="yesterday"), ROW2, _row(job_id="1425600", gpus="-2")]
     batch = ADAPTER.read(_write(tmp_path, rows), IngestOptions(on_error="skip"))

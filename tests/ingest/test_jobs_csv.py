@@ -35,37 +35,7 @@ def _snapshot(store: Store) -> dict[str, int]:
     return {t: store.fetch_one(f"SELECT count(*) FROM {t}")[0] for t in tables}  # type: ignore[index]
 
 
-@pytest.mark.parametrize(
-    ("bad_line", "column", "words"),
-    [
-        ("j9,c,vc1,A100,2,8,yesterday,2026-01-05T00:01:00,2026-01-05T01:00:00,DONE",
-         "submit_ts", "not a time"),
-        ("j9,c,vc1,A100,2,8,2026-01-05T00:00:00,2026-01-05T02:00:00,2026-01-05T01:00:00,DONE",
-         "end_ts", "end time is before start time"),
-        ("j9,c,vc1,A100,-2,8,2026-01-05T00:00:00,2026-01-05T00:01:00,2026-01-05T01:00:00,DONE",
-         "num_gpus", "negative"),
-        ("j9,c,vc1,A100,two,8,2026-01-05T00:00:00,2026-01-05T00:01:00,2026-01-05T01:00:00,DONE",
-         "num_gpus", "not a number"),
-        ("j1,c,vc1,A100,2,8,2026-01-05T00:00:00,2026-01-05T00:01:00,2026-01-05T01:00:00,DONE",
-         "job_id", "more than once"),
-    ],
-)
-def test_bad_row_fails_naming_file_line_column_and_writes_nothing(
-    store: Store, tmp_path: Path, bad_line: str, column: str, words: str
-) -> None:
-    path = _write(tmp_path, [*GOOD, bad_line])
-    before = _snapshot(store)
-    with pytest.raises(IngestError) as info:
-        ingest(store, [path], "jobs-csv")
-    message = str(info.value)
-    assert str(path) in message
-    assert "line 5" in message  # header is line 1, the bad row is the 4th data row
-    assert f"column '{column}'" in message
-    assert words in message
-    assert "Fix:" in message and "--on-error skip" in message
-    assert _snapshot(store) == before
-
-
+# Bad rows of every kind, each format: tests/ingest/test_adapters.py.
 def test_skip_stores_rejects_with_reasons_and_keeps_good_rows(store: Store, tmp_path: Path) -> None:
     path = _write(tmp_path, [
         *GOOD,

@@ -85,45 +85,7 @@ def test_unknown_tz_is_a_config_error(tmp_path: Path) -> None:
         ADAPTER.read(_write(tmp_path, ROWS), IngestOptions(tz="Nowhere/Land"))
 
 
-BAD_ROWS = [
-    ("10/03/2017 00:03,300,420", "time", "time is not a time"),
-    ("2017-10-03 25:00:00,300,420", "time", "time is not a time"),
-    (",300,420", "time", "time is empty"),
-    ("2017-10-03 00:01:00,300,420", "time", "time repeats an earlier row"),
-    ("2017-10-03 00:03:00,-1,420", "active", "active is negative"),
-    ("2017-10-03 00:03:00,many,420", "active", "active is not a number"),
-    ("2017-10-03 00:03:00,,420", "active", "active is empty"),
-    ("2017-10-03 00:03:00,300.5,420", "active", "not a whole number"),
-    ("2017-10-03 00:03:00,500,420", "active", "active is larger than total"),
-    ("2017-10-03 00:03:00,300,-420", "total", "total is negative"),
-    ("2017-10-03 00:03:00,300,inf", "total", "total is not a number"),
-]
-
-
-@pytest.mark.parametrize(("bad_row", "column", "words"), BAD_ROWS)
-def test_bad_row_fails_naming_file_line_and_column(
-    tmp_path: Path, bad_row: str, column: str, words: str
-) -> None:
-    path = _write(tmp_path, [*ROWS, bad_row])
-    with pytest.raises(IngestError) as info:
-        ADAPTER.read(path, IngestOptions())
-    error = info.value
-    assert (error.path, error.line, error.column) == (str(path), 5, column)
-    message = str(error)
-    assert str(path) in message and "line 5" in message and f"column '{column}'" in message
-    assert words in message and "Fix:" in message
-
-
-@pytest.mark.parametrize(("bad_row", "column", "words"), BAD_ROWS)
-def test_skip_keeps_the_good_rows_and_rejects_the_bad_one(
-    tmp_path: Path, bad_row: str, column: str, words: str
-) -> None:
-    batch = ADAPTER.read(_write(tmp_path, [*ROWS, bad_row]), IngestOptions(on_error="skip"))
-    assert batch.frame["_line"].tolist() == [2, 3, 4, 2, 3, 4]
-    assert [(r.line, r.column) for r in batch.rejects] == [(5, column)]
-    assert words in batch.rejects[0].reason
-
-
+# Bad rows of every kind, each format: tests/ingest/test_adapters.py.
 def test_missing_column_names_it(tmp_path: Path) -> None:
     path = _write(tmp_path, ["2017-10-03 00:00:00,312"], header="time,active")
     with pytest.raises(IngestError) as info:
