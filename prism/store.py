@@ -327,7 +327,7 @@ class Store:
         row = self.fetch_one("SELECT value FROM meta WHERE key = 'schema_version'")
         return int(row[0]) if row else 0
 
-    # -- reads used by services -------------------------------------------------------------
+    # -- reads used by the use cases----------------------------------------------------------
     def list_series(
         self, *, cluster: str | None = None, scope: str | None = None, metric: str | None = None
     ) -> pd.DataFrame:
@@ -653,6 +653,58 @@ class Store:
                 yield pa.Table.from_batches([batch])
         finally:
             cursor.close()
+
+    # -- job-level reads (prism.forecasters.release) -------------------------------------------
+    def load_jobs(
+        self, cluster: str, scope: str | None = None, until: pd.Timestamp | None = None,
+    ) -> pd.DataFrame:
+        """The jobs of a cluster, or of one of its scopes, as they were known at ``until``.
+
+        Scopes are named as in series ids (:mod:`prism.derive`): ``all`` (or ``None``) is every
+        job of the cluster, ``gpu:<type>`` the jobs of one GPU type (``gpu:unknown``: those
+        without one), any other name a VC/tenant/QoS scope (``unassigned``: jobs without one).
+        A scope matches the stored name or the name after the derivation replaced the
+        characters that series ids do not allow by ``_``.
+
+        Args:
+            cluster: the cluster.
+            scope: the scope, as in the series id (``None`` or ``all``: the whole cluster).
+            until: read the jobs as known at this time (UTC, naive): only jobs submitted (or,
+                without a submit time, started) at or before it, and a ``start_ts`` or
+                ``end_ts`` after it reads as NULL (not started, still running), so that no
+                caller can see the future by accident. ``None`` reads everything.
+
+        Returns:
+            ``cluster, scope, job_id, gpu_type, num_gpus, submit_ts, start_ts, end_ts``
+            (times ``datetime64[ns]``, NaT when unknown), sorted by ``start_ts`` (NULLs last)
+            and ``job_id``; empty when nothing matches.
+        """
+        # the derivation's rule for scope names in series ids (prism.derive._BAD_CHARS), kept
+        # here as text: the store is below derive and cannot import it
+        bad = "[^A-Za-z0-9_.:=+@-]"
+        everything = scope is None or scope == "all"
+        gpu_type = scope[4:] if scope is not None and scope.startswith("gpu:") else None
+        frame = self.fetch_df(
+            """SELECT cluster, scope, job_id, gpu_type, num_gpus, submit_ts,
+                      CASE WHEN ?::TIMESTAMP IS NULL OR start_ts <= ? THEN start_ts END
+                          AS start_ts,
+                      CASE WHEN ?::TIMESTAMP IS NULL OR end_ts <= ? THEN end_ts END AS end_ts
+               FROM jobs
+               WHERE cluster = ?
+                 AND (? OR CASE WHEN ?::VARCHAR IS NOT NULL
+                               THEN (gpu_type IS NULL AND ? = 'unknown') OR gpu_type = ?
+                                    OR regexp_replace(gpu_type, ?, '_', 'g') = ?
+                               ELSE (scope IS NULL AND ? = 'unassigned') OR scope = ?
+                                    OR regexp_replace(scope, ?, '_', 'g') = ? END)
+                 AND (?::TIMESTAMP IS NULL OR coalesce(submit_ts, start_ts) <= ?)
+               ORDER BY start_ts NULLS LAST, job_id""",
+            [until, until, until, until, cluster, everything, gpu_type, gpu_type, gpu_type,
+             bad, gpu_type, scope, scope, bad, scope, until, until],
+        )
+        for col in ("submit_ts", "start_ts", "end_ts"):
+            frame[col] = frame[col].astype("datetime64[ns]")
+        frame["num_gpus"] = frame["num_gpus"].astype("float64")
+        return frame
 
 
 _BATCH_FORECAST_COLUMNS = ("series_id", "cutoff", "ts", "model", "mean", "quantiles", "value")
