@@ -227,6 +227,21 @@ class PrismClient:
                                     ("metric", metric)) if v is not None}
         return list(self._request("GET", "/v1/series", params=params).json()["series"])
 
+    def series_values(self, series_id: str, *, start: str | None = None,
+                      end: str | None = None, tail: int | None = None) -> list[dict[str, Any]]:
+        """Values of one series (``ts, value, filled``), as ``prism series show``."""
+        params: dict[str, str | int] = {"series_id": series_id}
+        params.update({k: v for k, v in (("start", start), ("end", end), ("tail", tail))
+                       if v is not None})
+        return list(self._request("GET", "/v1/series/values", params=params).json()["points"])
+
+    def export_panel(self, *, series_ids: Sequence[str] | None = None,
+                     format: str = "parquet") -> bytes:
+        """The panel (``series_id, ts, value``) as CSV or Parquet bytes, as ``prism series
+        export`` writes it (all series, or ``series_ids``)."""
+        query = [("format", format)] + [("series_id", s) for s in series_ids or ()]
+        return self._request("GET", "/v1/series/export", params=query).content
+
     def forecast(
         self,
         series_id: str,
@@ -283,6 +298,27 @@ class PrismClient:
             query["model"] = model
         data = self._request("GET", "/v1/capacity", params=query).json()
         return [CapacityRow.from_json(r) for r in data["rows"]]
+
+    def capacity_report(self, *, cluster: str | None = None, horizon: str = "1d",
+                        quantile: float = 0.95, model: str | None = None) -> str:
+        """The capacity report (one self-contained HTML page), as ``prism report``."""
+        query = {"horizon": horizon, "quantile": f"{quantile:g}"}
+        if cluster:
+            query["cluster"] = cluster
+        if model:
+            query["model"] = model
+        return self._request("GET", "/v1/reports/capacity", params=query).text
+
+    def refit(self, series_ids: Sequence[str] | None = None, *, model: str | None = None,
+              params: Mapping[str, object] | None = None) -> dict[str, int]:
+        """Queue refits of the server's models of ``series_ids`` (none: all); returns
+        ``{"refits": n, "fits": m}`` (the jobs run in the background)."""
+        body: dict[str, Any] = {"params": dict(params or {})}
+        if series_ids is not None:
+            body["series_ids"] = list(series_ids)
+        if model:
+            body["model"] = model
+        return dict(self._request("POST", "/v1/models/refit", json=body).json())
 
     def ingest_file(self, path: str | Path, *, format: str, **options: object) -> IngestResult:
         """Upload a file to ingest (``format`` as in ``prism formats``; options as the query

@@ -142,6 +142,14 @@ class ValuesQuery(BaseModel):
                              description="only the last N values")
 
 
+class ExportQuery(BaseModel):
+    """Which series to export, and how."""
+
+    series_id: list[SeriesId] = Field(default_factory=list, max_length=10_000,
+                                      description="series ids (repeatable; none: every series)")
+    format: Literal["csv", "parquet"] = "parquet"
+
+
 class PointOut(BaseModel):
     """One value of a series (``filled``: the bucket was a gap filled by the fill policy)."""
 
@@ -186,7 +194,39 @@ class ForecastQuery(BaseModel):
         return _params(self.param)
 
 
-class ForecastRequest(BaseModel):
+class _WithParams(BaseModel):
+    """A request that names hyperparameters of its model."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    params: dict[Annotated[str, Field(max_length=64, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")],
+                 str | int | float | bool] = Field(default_factory=dict, max_length=64)
+
+    @property
+    def text_params(self) -> dict[str, str]:
+        """The hyperparameters as text, as the CLI takes them."""
+        return {k: (str(v).lower() if isinstance(v, bool) else str(v))
+                for k, v in self.params.items()}
+
+
+class RefitRequest(_WithParams):
+    """``POST /v1/models/refit``: refit the server's models of some series (or all)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    series_ids: list[SeriesId] | None = Field(default=None, max_length=100_000,
+                                              description="none: every series")
+    model: ModelAlias | None = None
+
+
+class RefitOut(BaseModel):
+    """How many background jobs the refit queued."""
+
+    refits: int = Field(description="models refitted (each serves one or more series)")
+    fits: int = Field(description="series that had no model of that alias: fitted anew")
+
+
+class ForecastRequest(_WithParams):
     """``POST /v1/forecast``: several series with one model, horizon and quantiles."""
 
     model_config = ConfigDict(extra="forbid")
@@ -196,14 +236,7 @@ class ForecastRequest(BaseModel):
     quantiles: list[Quantile] = Field(default_factory=lambda: [0.5, 0.9, 0.99],
                                       min_length=1, max_length=99)
     model: ModelAlias | None = None
-    params: dict[Annotated[str, Field(max_length=64, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")],
-                 str | int | float | bool] = Field(default_factory=dict, max_length=64)
 
-    @property
-    def text_params(self) -> dict[str, str]:
-        """The hyperparameters as text, as the CLI takes them."""
-        return {k: (str(v).lower() if isinstance(v, bool) else str(v))
-                for k, v in self.params.items()}
 
 
 class ForecastOut(BaseModel):

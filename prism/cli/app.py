@@ -1,4 +1,5 @@
-"""The ``prism`` command line: parses arguments, calls one :mod:`prism.services` function, prints.
+"""The ``prism`` command line: parses arguments, calls a use case of :mod:`prism.usecases`,
+prints.
 
 Exit codes: 0 success, 1 bad input or data (the message says what and how to fix it), 2 bad
 usage (argparse).
@@ -12,10 +13,9 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import pandas as pd
-from rich.console import Console
 from rich.progress import (
     BarColumn,
     Progress,
@@ -24,31 +24,20 @@ from rich.progress import (
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
-from rich.table import Table
 
-from prism import __version__, services
+from prism import __version__, usecases
+from prism.cli.common import err as _err
+from prism.cli.common import out as _out
+from prism.cli.common import pairs as _pairs
+from prism.cli.common import table as _table
 from prism.config import get_settings
 from prism.errors import ConfigError, PrismError
-from prism.ingest.base import IngestOptions
 from prism.schema import FILL_POLICIES
 
 if TYPE_CHECKING:
     from prism.capacity import Watts
-
-# Wide tables when the output is a file or a pipe (rich would assume 80 columns).
-_out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
-_err = Console(stderr=True, highlight=False, soft_wrap=True)
-
-
-def _pairs(values: Sequence[str] | None, flag: str) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for item in values or ():
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise ConfigError(f"{flag} {item!r} is not KEY=VALUE, e.g. {flag} job_id=JobID")
-        out[key.strip()] = value.strip()
-    return out
-
+    from prism.store import Store
+    from prism.usecases.batch import BatchJob
 
 @contextmanager
 def _progress(enabled: bool, *, eta: bool = False,
@@ -72,29 +61,21 @@ def _progress(enabled: bool, *, eta: bool = False,
         yield update
 
 
-def _table(frame: pd.DataFrame, title: str | None = None) -> Table:
-    table = Table(title=title, show_lines=False)
-    for col in frame.columns:
-        table.add_column(str(col), justify="right" if pd.api.types.is_numeric_dtype(
-            frame[col]) else "left")
-    for row in frame.itertuples(index=False):
-        table.add_row(*("" if pd.isna(v) else (f"{v:g}" if isinstance(v, float) else str(v))
-                        for v in row))
-    return table
-
-
 # -- commands --------------------------------------------------------------------------------
+# Each command parses its arguments, opens the store (usecases.open_store), calls a use case
+# of prism.usecases (imported on use: `prism --help` stays fast) and prints what it returns.
 def _cmd_ingest(args: argparse.Namespace) -> int:
+    from prism.ingest.base import IngestOptions
+    from prism.usecases.ingest import ingest_files
+
     options = IngestOptions(
         cluster=args.cluster, scope=args.scope, tz=args.tz, origin=args.origin,
         time_col=args.time_col, mapping=_pairs(args.map, "--map"),
         on_error=args.on_error, extra=_pairs(args.option, "--option"),
     )
-    with _progress(not args.quiet) as progress:
-        report = services.ingest_files(
-            args.db, args.paths, args.format, options, freq=args.freq, fill=args.fill,
-            progress=progress,
-        )
+    with _progress(not args.quiet) as progress, usecases.open_store(args.db) as store:
+        report = ingest_files(store, args.paths, args.format, options, freq=args.freq,
+                              fill=args.fill, progress=progress)
     for f in report.files:
         note = "unchanged (already ingested)" if f.status == "unchanged" else (
             f"{f.rows:,} rows" + (f", {f.rejected:,} rejected" if f.rejected else ""))
@@ -112,8 +93,10 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
 
 
 def _cmd_series_list(args: argparse.Namespace) -> int:
-    frame = services.list_series(args.db, cluster=args.cluster, scope=args.scope,
-                                 metric=args.metric)
+    from prism.usecases.series import list_series
+
+    with usecases.open_store(args.db, must_exist=True) as store:
+        frame = list_series(store, cluster=args.cluster, scope=args.scope, metric=args.metric)
     if args.json:
         _out.print_json(frame.to_json(orient="records", date_format="iso"))
         return 0
@@ -126,8 +109,11 @@ def _cmd_series_list(args: argparse.Namespace) -> int:
 
 
 def _cmd_series_show(args: argparse.Namespace) -> int:
-    frame = services.series_values(args.db, args.series_id, start=args.start, end=args.end,
-                                   tail=args.tail)
+    from prism.usecases.series import series_values
+
+    with usecases.open_store(args.db, must_exist=True) as store:
+        frame = series_values(store, args.series_id, start=args.start, end=args.end,
+                              tail=args.tail)
     if args.json:
         _out.print_json(frame.to_json(orient="records", date_format="iso"))
     else:
@@ -136,17 +122,23 @@ def _cmd_series_show(args: argparse.Namespace) -> int:
 
 
 def _cmd_series_export(args: argparse.Namespace) -> int:
-    result = services.export_panel(args.db, args.output, series_ids=args.series)
+    from prism.usecases.series import export_panel
+
+    with usecases.open_store(args.db, must_exist=True) as store:
+        result = export_panel(store, args.output, series_ids=args.series)
     _out.print(f"wrote {result.rows:,} rows of {result.series} series to {result.path}")
     return 0
 
 
 def _cmd_decompose(args: argparse.Namespace) -> int:
+    from prism.usecases import series as series_uc
+
     with _err.status(f"decomposing {args.series_id} ...", spinner="dots") if not args.json else (
             nullcontext()):
-        result = services.decompose_series(args.db, args.series_id)
+        with usecases.open_store(args.db, must_exist=True) as store:
+            result = series_uc.decompose_series(store, args.series_id)
         if args.plot:
-            services.plot_decomposition(result, args.plot)
+            series_uc.plot_decomposition(result, args.plot)
     summary = result.summary(top=args.top)
     if args.json:
         _out.print_json(data=summary)
@@ -189,11 +181,13 @@ def _batch_mode(args: argparse.Namespace) -> bool:
                 or args.budget is not None or args.global_sample is not None)
 
 
-def _run_batch(args: argparse.Namespace, task: str, models: list[str],
-               series: list[str] | None) -> services.BatchResult:
+def _run_batch(args: argparse.Namespace, store: Store, task: str, models: list[str],
+               series: list[str] | None) -> BatchJob:
+    from prism.usecases.batch import run_batch_job
+
     with _progress(not args.quiet, eta=True) as progress:
-        result = services.run_batch(
-            args.db, series, models=models, task=task,
+        result = run_batch_job(
+            store, series, models=models, task=task,
             params=_pairs(getattr(args, "param", None), "--param"), horizon=args.horizon,
             quantiles=_quantile_list(args.quantiles), windows=getattr(args, "windows", 1),
             step=getattr(args, "step", None), backend=args.backend or "local",
@@ -224,17 +218,23 @@ def _run_batch(args: argparse.Namespace, task: str, models: list[str],
 
 
 def _cmd_forecast(args: argparse.Namespace) -> int:
+    from prism.usecases.files import write_frame
+    from prism.usecases.forecast import forecast_series
+
     if not args.series_ids and not args.all and not args.from_model:
         raise ConfigError("name one or more series ids, or pass --all")
     if _batch_mode(args):
         if args.from_model or args.reconcile:
             raise ConfigError("--from-model and --reconcile work on one in-memory model; drop "
                               "them to run a batch (--backend/--workers/--budget)")
-        _run_batch(args, "forecast", [args.model], None if args.all else args.series_ids)
+        with usecases.open_store(args.db, must_exist=True) as store:
+            _run_batch(args, store, "forecast", [args.model],
+                       None if args.all else args.series_ids)
         return 0
-    with _err.status(f"fitting {args.from_model or args.model} ...", spinner="dots"):
-        result = services.forecast_series(
-            args.db, None if args.all else (args.series_ids or None), horizon=args.horizon,
+    with (_err.status(f"fitting {args.from_model or args.model} ...", spinner="dots"),
+          usecases.open_store(args.db, must_exist=True) as store):
+        result = forecast_series(
+            store, None if args.all else (args.series_ids or None), horizon=args.horizon,
             quantiles=_quantile_list(args.quantiles), model=args.model,
             params=_pairs(args.param, "--param"), save=args.save, from_model=args.from_model,
             models_dir=args.models_dir, reconcile=args.reconcile,
@@ -244,7 +244,7 @@ def _cmd_forecast(args: argparse.Namespace) -> int:
         _err.print(f"note: {sid} is forecast by the seasonal naive fallback: {reason}",
                    markup=False)
     if args.output:
-        path = services.write_frame(frame, args.output)
+        path = write_frame(frame, args.output)
         _out.print(f"wrote {len(frame):,} rows ({frame['series_id'].nunique()} series, model "
                    f"{frame['model'].iloc[0]}) to {path}")
     else:
@@ -259,13 +259,14 @@ def _cmd_forecast(args: argparse.Namespace) -> int:
 def _cmd_refit(args: argparse.Namespace) -> int:
     if not args.series_ids and not args.all:
         raise ConfigError("name one or more series ids, or pass --all")
-    _run_batch(args, "refit", [args.model], None if args.all else args.series_ids)
+    with usecases.open_store(args.db, must_exist=True) as store:
+        _run_batch(args, store, "refit", [args.model], None if args.all else args.series_ids)
     return 0
 
 
 def _cmd_backtest(args: argparse.Namespace) -> int:
-    from prism.evaluation.backtest import backtest
-    from prism.forecasters import get_forecaster
+    from prism.usecases import evaluation as evaluation_uc
+    from prism.usecases.files import write_frame
 
     if not args.series and not args.all:
         raise ConfigError("name series with --series (repeatable), or pass --all")
@@ -275,52 +276,40 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     if not models:
         raise ConfigError("--models is empty; name models, e.g. --models prism,seasonal_naive")
-    if _batch_mode(args):
-        if args.refit != "always":
-            raise ConfigError("a batch backtest refits at every cutoff; drop --refit")
-        result = _run_batch(args, "backtest", models, None if args.all else args.series)
-        if args.summary or args.planning:
-            frame = services.batch_frame(args.db, [r.run_id for r in result.reports])
-            panel = services.load_panel(args.db, sorted(frame["series_id"].unique()))
-            _after_backtest(frame, panel, args, models)
-        return 0
-    forecasters = {m: get_forecaster(m) for m in models}
-    refit: int | str = "always" if args.refit == "always" else _positive_int(args.refit)
-    panel = services.load_panel(args.db, None if args.all else args.series)
-    with _progress(not args.quiet) as progress:
-        frame = backtest(
-            forecasters, panel, horizon=args.horizon, windows=args.windows, step=args.step,
-            quantiles=_quantile_list(args.quantiles), refit=refit,  # type: ignore[arg-type]
-            on_short="skip" if args.all else "raise",
-            progress=(lambda done, total: progress("backtest", done, total)) if progress
-            else None,
-        )
-    if args.output:
-        path = services.write_frame(frame, args.output)
-        _out.print(f"wrote {len(frame):,} rows ({frame['series_id'].nunique()} series, "
-                   f"{len(models)} models, {args.windows} windows) to {path}")
-    _after_backtest(frame, panel, args, models)
+    series = None if args.all else args.series
+    quantiles = _quantile_list(args.quantiles)
+    with usecases.open_store(args.db, must_exist=True) as store:
+        if _batch_mode(args):
+            if args.refit != "always":
+                raise ConfigError("a batch backtest refits at every cutoff; drop --refit")
+            job = _run_batch(args, store, "backtest", models, series)
+            if not args.summary and not args.planning:
+                return 0
+            done = evaluation_uc.batch_backtest(store, job.run_ids)
+        else:
+            refit: int | Literal["always"] = (
+                "always" if args.refit == "always" else _positive_int(args.refit))
+            with _progress(not args.quiet) as progress:
+                done = evaluation_uc.backtest_series(
+                    store, series, models=models, horizon=args.horizon, windows=args.windows,
+                    step=args.step, quantiles=quantiles, refit=refit,
+                    progress=(lambda n, total: progress("backtest", n, total)) if progress
+                    else None,
+                )
+            if args.output:
+                path = write_frame(done.frame, args.output)
+                _out.print(f"wrote {len(done.frame):,} rows ({done.frame['series_id'].nunique()}"
+                           f" series, {len(models)} models, {args.windows} windows) to {path}")
+        # printed and kept in the store, for `prism report`
+        scores = evaluation_uc.score_backtest(
+            store, done, horizon=args.horizon, windows=args.windows, quantiles=quantiles,
+            accuracy=args.summary, planning=args.planning)
+    if scores.accuracy is not None:
+        _print_summary(scores.accuracy, args)
+    if scores.planning is not None:
+        _print_planning(scores.planning, f"planning backtest ({scores.planning_run_id}): one "
+                        f"level per series and block, set from each {args.horizon} forecast")
     return 0
-
-
-def _after_backtest(frame: pd.DataFrame, panel: pd.DataFrame, args: argparse.Namespace,
-                    models: list[str]) -> None:
-    """Print (and keep in the store, for `prism report`) the summary and planning tables."""
-    from prism.evaluation.metrics import summary
-
-    params = {"models": ",".join(models), "horizon": args.horizon, "windows": args.windows,
-              "series": int(frame["series_id"].nunique())}
-    if args.summary:
-        table = summary(frame, panel)
-        _print_summary(table, args)
-        services.save_evaluation(args.db, "accuracy", table, params)
-    if args.planning:
-        levels = [q for q in _quantile_list(args.quantiles) if q >= 0.5]
-        planning, run_id = services.planning_from_backtest(args.db, frame, panel,
-                                                           horizon=args.horizon,
-                                                           quantiles=levels)
-        _print_planning(planning, f"planning backtest ({run_id}): one level per series and "
-                        f"block, set from each {args.horizon} forecast")
 
 
 def _print_planning(table: pd.DataFrame, title: str) -> None:
@@ -355,14 +344,22 @@ def _watts(text: str | None) -> Watts | None:
 
 
 def _cmd_capacity(args: argparse.Namespace) -> int:
-    with _err.status(f"forecasting {args.cluster} with {args.model} ...", spinner="dots"):
-        plan = services.plan_cluster_capacity(
-            args.db, args.cluster, scope=args.scope, horizon=args.horizon,
-            quantile=args.quantile, model=args.model, params=_pairs(args.param, "--param"),
-            capacity_file=args.capacity, reservations_file=args.reservations,
+    from prism.capacity import read_capacity_table, read_reservations
+    from prism.usecases.capacity import plan_cluster_capacity
+    from prism.usecases.files import write_frame
+    from prism.usecases.forecast import FittedModel
+
+    source = FittedModel(args.model, _pairs(args.param, "--param"))
+    capacities = read_capacity_table(args.capacity) if args.capacity else None
+    reservations = read_reservations(args.reservations) if args.reservations else []
+    with (_err.status(f"forecasting {args.cluster} with {args.model} ...", spinner="dots"),
+          usecases.open_store(args.db, must_exist=True) as store):
+        plan = plan_cluster_capacity(
+            store, args.cluster, source, scope=args.scope, horizon=args.horizon,
+            quantile=args.quantile, capacity_table=capacities, reservations=reservations,
             growth=args.growth, watts=_watts(args.watts_per_gpu))
     if args.output:
-        path = services.write_frame(plan.steps, args.output)
+        path = write_frame(plan.steps, args.output)
         _err.print(f"wrote the GPUs needed at each step ({len(plan.steps):,} rows) to {path}",
                    markup=False)
     if args.json:
@@ -400,12 +397,19 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    with _err.status("building the capacity report ...", spinner="dots"):
-        result = services.write_capacity_report(
-            args.db, args.output, clusters=args.cluster, horizon=args.horizon,
-            quantile=args.quantile, model=args.model, params=_pairs(args.param, "--param"),
-            capacity_file=args.capacity, watts=_watts(args.watts_per_gpu), pdf=args.pdf)
-    _out.print(f"wrote {result.html} ({', '.join(result.clusters) or 'no cluster'})"
+    from prism.capacity import read_capacity_table
+    from prism.usecases.forecast import FittedModel
+    from prism.usecases.report import capacity_report
+
+    source = FittedModel(args.model, _pairs(args.param, "--param"))
+    capacities = read_capacity_table(args.capacity) if args.capacity else None
+    with (_err.status("building the capacity report ...", spinner="dots"),
+          usecases.open_store(args.db, must_exist=True) as store):
+        result = capacity_report(
+            store, source, clusters=args.cluster, horizon=args.horizon,
+            quantile=args.quantile, capacity_table=capacities, watts=_watts(args.watts_per_gpu),
+            output=args.output, pdf=args.pdf)
+    _out.print(f"wrote {result.path} ({', '.join(result.clusters) or 'no cluster'})"
                + (f" and {result.pdf}" if result.pdf else ""))
     return 0
 
@@ -421,7 +425,9 @@ def _cmd_models_aliases(args: argparse.Namespace) -> int:
 
 
 def _cmd_models_list(args: argparse.Namespace) -> int:
-    frame = services.list_models(args.models_dir)
+    from prism.usecases.forecast import list_models
+
+    frame = list_models(args.models_dir)
     if args.json:
         _out.print_json(frame.to_json(orient="records"))
     elif frame.empty:
@@ -432,17 +438,17 @@ def _cmd_models_list(args: argparse.Namespace) -> int:
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:
-    if args.kind == "deployments":
-        from prism.generate_deployments import write_deployments  # on use: faster start
+    from prism.usecases import catalogue as catalogue_uc
 
-        written = write_deployments(args.output, apps=args.apps, days=args.days,
-                                    seed=args.seed)
+    if args.kind == "deployments":
+        written = catalogue_uc.generate_deployments(args.output, apps=args.apps,
+                                                    days=args.days, seed=args.seed)
         _out.print(f"wrote {written.n_rows:,} samples of {written.n_series} app GPU "
                    f"allocation series to {written.path}")
         _out.print(f"next: prism ingest {written.path} --format long-csv")
         return 0
     with _progress(not args.quiet) as progress:
-        result = services.generate_trace(
+        result = catalogue_uc.generate_trace(
             args.output, days=args.days, clusters=args.clusters, seed=args.seed,
             jobs_per_day=args.jobs_per_day, fmt=args.file_format,
             progress=(lambda done, total: progress("generate", done, total)) if progress
@@ -455,13 +461,17 @@ def _cmd_generate(args: argparse.Namespace) -> int:
 
 
 def _cmd_formats(args: argparse.Namespace) -> int:
-    frame = pd.DataFrame(services.list_formats(), columns=["format", "kind", "description"])
+    from prism.usecases.ingest import list_formats
+
+    frame = pd.DataFrame(list_formats(), columns=["format", "kind", "description"])
     _out.print(_table(frame, title="ingest formats"))
     return 0
 
 
 def _cmd_datasets_list(args: argparse.Namespace) -> int:
-    frame = services.list_datasets()
+    from prism.usecases.catalogue import list_datasets
+
+    frame = list_datasets()
     if args.json:
         _out.print_json(frame.to_json(orient="records"))
     else:
@@ -470,8 +480,10 @@ def _cmd_datasets_list(args: argparse.Namespace) -> int:
 
 
 def _cmd_datasets_download(args: argparse.Namespace) -> int:
+    from prism.usecases.catalogue import download_dataset
+
     with _progress(not args.quiet) as progress:
-        result = services.download_dataset(
+        result = download_dataset(
             args.name, cache_dir=args.cache_dir, base_url=args.base_url,
             verify=not args.no_verify,
             progress=(lambda done, total: progress("download", done, total or done))
@@ -484,11 +496,10 @@ def _cmd_datasets_download(args: argparse.Namespace) -> int:
     else:
         _out.print("no PRISM format reads this file yet (download only)")
     return 0
-
-
 def _cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from prism.remote import announce_server, client_url
     from service.app import create_app  # the API sits on top of prism: imported on use
 
     update = {"db": args.db, "models_dir": args.models_dir, "default_model": args.model}
@@ -496,8 +507,10 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         update={k: v for k, v in update.items() if v is not None})
     _err.print(f"serving {settings.db} on http://{args.host}:{args.port} (API docs at "
                f"/docs, models in {settings.models_dir}); Ctrl-C stops", markup=False)
-    uvicorn.run(create_app(settings), host=args.host, port=args.port,
-                log_level="info" if args.verbose else "warning", access_log=args.verbose)
+    # announce the server beside the store: the CLI and notebooks go through its API
+    with announce_server(settings.db, client_url(args.host, args.port)):
+        uvicorn.run(create_app(settings), host=args.host, port=args.port,
+                    log_level="info" if args.verbose else "warning", access_log=args.verbose)
     return 0
 
 
@@ -732,6 +745,30 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _dispatch(args: argparse.Namespace) -> int:
+    """Run the command on the store, or through the API of the server that holds it."""
+    name = getattr(args.func, "__name__", "")
+    if name == "_cmd_serve" or (name not in _STORE_COMMANDS):
+        return int(args.func(args))
+    from prism.cli import remote
+
+    if name == "_cmd_forecast" and _batch_mode(args):
+        info = remote.server_for(args)
+        return remote.refuse(args, info, "forecast (batch)") if info else int(args.func(args))
+    info = remote.server_for(args)
+    if info is None:
+        return int(args.func(args))
+    if name in remote.LOCAL_ONLY:
+        return remote.refuse(args, info, remote.LOCAL_ONLY[name])
+    return remote.REMOTE[name](args, info)
+
+
+#: Commands that open the store (the others work on files or the catalogue only).
+_STORE_COMMANDS = {"_cmd_series_list", "_cmd_series_show", "_cmd_series_export", "_cmd_ingest",
+                   "_cmd_forecast", "_cmd_refit", "_cmd_capacity", "_cmd_report",
+                   "_cmd_backtest", "_cmd_decompose"}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``prism`` with ``argv`` (default ``sys.argv[1:]``); returns the exit code."""
     parser = build_parser()
@@ -743,7 +780,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.db is None:
             args.db = get_settings().db
-        return int(args.func(args))
+        return int(_dispatch(args))
     except PrismError as exc:
         _err.print(f"error: {exc}", markup=False)
         return 1

@@ -1,0 +1,210 @@
+"""The CLI's commands through the REST API, for when ``prism serve`` holds the store.
+
+DuckDB lets one process write a database file, so while a server runs on a store the CLI
+cannot open it. :func:`server_for` finds the server (:func:`prism.remote.find_server`: the
+file ``prism serve`` writes beside the store, or ``PRISM_API_URL``); each ``run_*`` function
+here does what its local twin in :mod:`prism.cli.app` does, by calling the server's API with
+:class:`~prism.client.PrismClient` (the use cases run inside the server, on the same code),
+and prints the same way. Commands without an API twin (``backtest``, ``decompose --plot``,
+batch runs) say how to proceed instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pandas as pd
+
+from prism.cli.common import err, out, pairs, table
+from prism.errors import ConfigError
+
+if TYPE_CHECKING:
+    from prism.client import PrismClient
+    from prism.remote import ServerInfo
+
+#: Seconds one API call may take (forecasts may wait for a fit on the server).
+TIMEOUT_S = 120.0
+
+
+def server_for(args: argparse.Namespace) -> ServerInfo | None:
+    """The server that holds ``args.db`` (or ``PRISM_API_URL``), announced on stderr; None
+    when the CLI can open the store itself."""
+    from prism.remote import find_server
+
+    info = find_server(args.db)
+    if info is not None:
+        held = (f"prism serve (pid {info.pid}) holds {args.db}" if info.source == "file"
+                else "PRISM_API_URL is set")
+        err.print(f"{held}: going through its API at {info.url}", markup=False)
+    return info
+
+
+def refuse(args: argparse.Namespace, info: ServerInfo, what: str) -> int:
+    """Say why a command cannot run beside the server, and what to do instead."""
+    raise ConfigError(
+        f"`prism {what}` needs the store itself, and the server at {info.url} holds "
+        f"{args.db}: stop the server (Ctrl-C), or work on the data the API gives (e.g. "
+        "`prism series export --output panel.parquet` goes through it)")
+
+
+def _client(info: ServerInfo) -> PrismClient:
+    from prism.client import PrismClient
+
+    return PrismClient(info.url, timeout=TIMEOUT_S)
+
+
+def run_series_list(args: argparse.Namespace, info: ServerInfo) -> int:
+    with _client(info) as client:
+        rows = client.series(cluster=args.cluster, scope=args.scope, metric=args.metric)
+    frame = pd.DataFrame(rows)
+    if args.json:
+        out.print_json(json.dumps(rows))
+        return 0
+    if frame.empty:
+        out.print("no series (ingest something first: prism ingest PATH --format FORMAT)")
+        return 0
+    cols = [c for c in ("series_id", "freq", "first_ts", "last_ts", "n_points", "n_filled",
+                        "unit", "source") if c in frame.columns]
+    out.print(table(frame[cols], title=f"{len(frame)} series"))
+    return 0
+
+
+def run_series_show(args: argparse.Namespace, info: ServerInfo) -> int:
+    with _client(info) as client:
+        points = client.series_values(args.series_id, start=args.start, end=args.end,
+                                      tail=args.tail)
+    if args.json:
+        out.print_json(json.dumps(points))
+    else:
+        out.print(table(pd.DataFrame(points, columns=["ts", "value", "filled"]),
+                        title=args.series_id))
+    return 0
+
+
+def run_series_export(args: argparse.Namespace, info: ServerInfo) -> int:
+    from prism.usecases.files import output_path
+
+    path = output_path(args.output, (".csv", ".parquet"))
+    with _client(info) as client:
+        data = client.export_panel(series_ids=args.series, format=path.suffix.lstrip("."))
+    path.write_bytes(data)
+    out.print(f"wrote {len(data):,} bytes of the panel to {path} (from {info.url})")
+    return 0
+
+
+def run_ingest(args: argparse.Namespace, info: ServerInfo) -> int:
+    options: dict[str, object] = {
+        "cluster": args.cluster, "scope": args.scope, "tz": args.tz, "origin": args.origin,
+        "time_col": args.time_col, "freq": args.freq, "fill": args.fill,
+        "on_error": args.on_error}
+    if args.map or args.option:
+        raise ConfigError("--map and --option are not sent through the API yet; stop the "
+                          "server to ingest with them")
+    rows = rejected = 0
+    with _client(info) as client:
+        for name in args.paths:
+            path = Path(name)
+            if not path.is_file():
+                raise ConfigError(f"{path}: no such file")
+            result = client.ingest_file(path, format=args.format, **options)
+            rows += result.rows
+            rejected += result.rejected
+            note = "unchanged (already ingested)" if result.status == "unchanged" else (
+                f"{result.rows:,} rows" + (f", {result.rejected:,} rejected"
+                                           if result.rejected else ""))
+            out.print(f"{path}: {note}")
+            clusters = result.clusters
+    out.print(f"{rows:,} rows added, {rejected:,} rejected; "
+              f"{', '.join(clusters) or 'no changed cluster'} (through {info.url})")
+    return 0
+
+
+def run_forecast(args: argparse.Namespace, info: ServerInfo) -> int:
+    from prism.usecases.files import write_frame
+
+    if args.all or not args.series_ids or args.save or args.from_model or args.reconcile:
+        raise ConfigError(
+            "through the server, `prism forecast` takes series ids and serves them from the "
+            "server's models (no --all, --save, --from-model or --reconcile): name the series,"
+            " or stop the server")
+    with _client(info) as client:
+        forecasts = client.forecast_many(
+            args.series_ids, horizon=args.horizon,
+            quantiles=[float(q) for q in args.quantiles.split(",")], model=args.model,
+            params=dict(pairs(args.param, "--param")))
+    frame = pd.concat([f.to_frame() for f in forecasts], ignore_index=True)
+    if args.output:
+        path = write_frame(frame, args.output)
+        out.print(f"wrote {len(frame):,} rows ({frame['series_id'].nunique()} series, model "
+                  f"{frame['model'].iloc[0]}) to {path}")
+    else:
+        out.print(table(frame, title=f"forecast ({frame['model'].iloc[0]}, from {info.url})"))
+    return 0
+
+
+def run_refit(args: argparse.Namespace, info: ServerInfo) -> int:
+    if not args.series_ids and not args.all:
+        raise ConfigError("name one or more series ids, or pass --all")
+    with _client(info) as client:
+        queued = client.refit(None if args.all else args.series_ids, model=args.model,
+                              params=dict(pairs(args.param, "--param")))
+    out.print(f"the server refits {queued['refits']} model(s) and fits {queued['fits']} "
+              "series in the background; each new model is saved to its registry")
+    return 0
+
+
+def run_capacity(args: argparse.Namespace, info: ServerInfo) -> int:
+    if args.capacity or args.reservations or args.output or args.growth != 1.0 or args.param:
+        raise ConfigError("through the server, `prism capacity` takes --scope, --horizon, "
+                          "--quantile and --model; stop the server for the other options")
+    with _client(info) as client:
+        rows = client.capacity(args.cluster, scope=args.scope, horizon=args.horizon,
+                               quantile=args.quantile, model=args.model)
+    frame = pd.DataFrame([vars(r) for r in rows])
+    if args.json:
+        out.print_json(frame.to_json(orient="records", date_format="iso"))
+        return 0
+    cols = ["scope", "gpus_needed", "mean_peak", "capacity", "shortfall_gpu_hours",
+            "queue_risk", "idle_gpu_hours", "recommendation"]
+    shown = frame[cols].rename(columns={
+        "gpus_needed": f"needed p{args.quantile * 100:g}", "shortfall_gpu_hours": "short GPU-h",
+        "idle_gpu_hours": "idle GPU-h"})
+    start, end = rows[0].start, rows[0].end
+    out.print(table(shown, title=f"{args.cluster}: {start:%Y-%m-%d %H:%M} to "
+                    f"{end:%Y-%m-%d %H:%M} UTC (from {info.url})"))
+    return 0
+
+
+def run_report(args: argparse.Namespace, info: ServerInfo) -> int:
+    from prism.usecases.files import output_path
+
+    if args.pdf or args.capacity or args.param or (args.cluster and len(args.cluster) > 1):
+        raise ConfigError("through the server, `prism report` takes one --cluster, --horizon,"
+                          " --quantile and --model; stop the server for the other options")
+    path = output_path(args.output, (".html", ".htm"))
+    with _client(info) as client:
+        page = client.capacity_report(cluster=args.cluster[0] if args.cluster else None,
+                                      horizon=args.horizon, quantile=args.quantile,
+                                      model=args.model)
+    path.write_text(page, encoding="utf-8")
+    out.print(f"wrote {path} (from {info.url})")
+    return 0
+
+
+#: The commands that can go through the API, by the function of their local twin's name.
+REMOTE: dict[str, Callable[[argparse.Namespace, ServerInfo], int]] = {
+    "_cmd_series_list": run_series_list,
+    "_cmd_series_show": run_series_show,
+    "_cmd_series_export": run_series_export,
+    "_cmd_ingest": run_ingest,
+    "_cmd_forecast": run_forecast,
+    "_cmd_refit": run_refit,
+    "_cmd_capacity": run_capacity,
+    "_cmd_report": run_report,
+}
+#: Commands that need the store itself (they say so while a server holds it).
+LOCAL_ONLY = {"_cmd_backtest": "backtest", "_cmd_decompose": "decompose"}

@@ -1,0 +1,151 @@
+"""The CLI beside a running ``prism serve``: commands go through its API (prism.cli.remote)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pandas as pd
+import pytest
+
+from prism.cli import main
+from prism.generate import generate_trace
+from prism.remote import find_server, server_file
+
+CLUSTER = "cluster-0"
+SERIES = f"{CLUSTER}/all/gpus_in_use"
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """A store with a generated trace, held by a real ``prism serve`` process."""
+    root = tmp_path_factory.mktemp("remote")
+    trace = generate_trace(root / "trace", days=8, clusters=1, seed=3)
+    db = str(root / "prism.duckdb")
+    assert main(["--db", db, "ingest", str(trace.jobs_path), "--format", "jobs-csv", "-q"]) == 0
+    assert main(["--db", db, "ingest", str(trace.capacity_path), "--format", "capacity-csv",
+                 "-q"]) == 0
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {**os.environ, "PRISM_DEFAULT_MODEL": "naive", "PRISM_API_TOKEN": ""}
+    env.pop("PRISM_API_URL", None)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "prism.cli", "--db", db, "serve", "--host", "127.0.0.1",
+         "--port", str(port), "--models-dir", str(root / "models")],
+        env=env, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and find_server(db) is None:
+            assert server.poll() is None, server.stderr.read().decode() if server.stderr else ""
+            time.sleep(0.2)
+        assert find_server(db) is not None, "the server never announced itself"
+        yield db, root
+    finally:
+        server.send_signal(signal.SIGINT)
+        _, err = server.communicate(timeout=60)
+    assert server.returncode == 0, err.decode()
+    assert not server_file(db).exists()  # the server takes its announcement away
+
+
+def test_the_store_is_locked_while_the_server_runs(served: tuple[str, Path]) -> None:
+    import duckdb
+
+    db, _ = served
+    with pytest.raises(duckdb.IOException, match="[Ll]ock"):
+        duckdb.connect(db)  # why the CLI must go through the API
+
+
+def test_series_list_and_show_go_through_the_api(
+        served: tuple[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    db, _ = served
+    assert main(["--db", db, "series", "list", "--json"]) == 0
+    captured = capsys.readouterr()
+    assert "going through its API at http://127.0.0.1:" in captured.err
+    ids = {row["series_id"] for row in json.loads(captured.out)}
+    assert SERIES in ids
+    assert main(["--db", db, "series", "show", SERIES, "--tail", "3", "--json"]) == 0
+    points = json.loads(capsys.readouterr().out)
+    assert len(points) == 3 and all({"ts", "value"} <= set(p) for p in points)
+
+
+def test_ingest_beside_the_server_adds_rows_once(
+        served: tuple[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db, _ = served
+    extra = tmp_path / "extra.csv"
+    pd.DataFrame({"series_id": ["remote/all/gpus_in_use"] * 4,
+                  "ts": pd.date_range("2026-01-05", periods=4, freq="10min").astype(str),
+                  "value": [1.0, 2.0, 3.0, 4.0]}).to_csv(extra, index=False)
+    assert main(["--db", db, "ingest", str(extra), "--format", "long-csv"]) == 0
+    assert "4 rows added" in capsys.readouterr().out
+    assert main(["--db", db, "ingest", str(extra), "--format", "long-csv"]) == 0
+    assert "unchanged" in capsys.readouterr().out  # idempotent through the API too
+    with httpx.Client(base_url=find_server(db).url) as http:  # type: ignore[union-attr]
+        got = http.get("/v1/series/values",
+                       params={"series_id": "remote/all/gpus_in_use"}).json()
+    assert [p["value"] for p in got["points"]] == [1.0, 2.0, 3.0, 4.0]
+
+
+def test_capacity_forecast_refit_report_and_export(
+        served: tuple[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db, _ = served
+    assert main(["--db", db, "capacity", "--cluster", CLUSTER, "--horizon", "6h",
+                 "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert {r["scope"] for r in rows} >= {"all"}
+    assert all(r["gpus_needed"] >= 0 for r in rows)
+
+    out = tmp_path / "fc.csv"
+    assert main(["--db", db, "forecast", SERIES, "--horizon", "1h", "--quantiles", "0.5,0.9",
+                 "--output", str(out)]) == 0
+    frame = pd.read_csv(out)
+    assert len(frame) == 6 and {"mean", "p50", "p90"} <= set(frame.columns)
+    assert (frame["p90"] >= frame["p50"]).all()
+
+    assert main(["--db", db, "refit", SERIES, "--model", "naive"]) == 0
+    assert "refits" in capsys.readouterr().out
+
+    page = tmp_path / "report.html"
+    assert main(["--db", db, "report", "--cluster", CLUSTER, "--output", str(page)]) == 0
+    assert page.read_text(encoding="utf-8").lstrip().lower().startswith("<!doctype html")
+
+    panel = tmp_path / "panel.parquet"
+    assert main(["--db", db, "series", "export", "--output", str(panel)]) == 0
+    exported = pd.read_parquet(panel)
+    assert list(exported.columns) == ["series_id", "ts", "value"]
+    assert SERIES in set(exported["series_id"])
+
+
+def test_a_command_that_needs_the_store_says_what_to_do(
+        served: tuple[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    db, _ = served
+    assert main(["--db", db, "backtest", "--models", "naive", "--series", SERIES,
+                 "--windows", "1", "--horizon", "1h"]) == 1
+    err = capsys.readouterr().err
+    assert "needs the store itself" in err and "stop the server" in err
+
+
+def test_a_stale_server_file_is_ignored(tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    db = tmp_path / "prism.duckdb"
+    points = tmp_path / "points.csv"
+    points.write_text("series_id,ts,value\nlocal/all/gpus_in_use,2026-01-05T00:00,1\n"
+                      "local/all/gpus_in_use,2026-01-05T00:10,2\n", encoding="utf-8")
+    assert main(["--db", str(db), "ingest", str(points), "--format", "long-csv", "-q"]) == 0
+    # a server killed without cleaning up: its pid is gone
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    server_file(db).write_text(json.dumps({"url": "http://127.0.0.1:9", "pid": dead.pid,
+                                           "db": str(db)}), encoding="utf-8")
+    assert find_server(db) is None
+    assert not server_file(db).exists()
+    assert main(["--db", str(db), "series", "list"]) == 0  # opens the store itself
+    assert "going through" not in capsys.readouterr().err
