@@ -119,7 +119,8 @@ class PrismForecaster(BaseForecaster):
         n_atoms: learned atoms of the dictionary (besides trend and Fourier atoms).
         sparsity: active atoms per window.
         use_primitives: the primitive candidate.
-        use_spectral: the spectral refinement candidate.
+        use_spectral: the spectral refinement candidate (off by default: on 7 panels x 28
+            cutoffs it moved AvgRelMAE by under 1 %, an interval touching 1 everywhere).
         use_rnn: the RNN candidate.
         use_jumps: the jump candidate (level shift or burst, learned persistence) and the
             stacker's regimes; off, every origin is one regime.
@@ -152,7 +153,7 @@ class PrismForecaster(BaseForecaster):
         n_atoms: int = 8,
         sparsity: int = 1,
         use_primitives: bool = True,
-        use_spectral: bool = True,
+        use_spectral: bool = False,
         use_rnn: bool = False,
         use_jumps: bool = True,
         use_gbm: bool = True,

@@ -75,7 +75,7 @@ def test_switches_drop_their_parts() -> None:
     t = np.arange(144 * 10)
     values = 30 + 10 * np.sin(2 * np.pi * t / 144) + rng.normal(0, 2, len(t))
     panel = _panel({"c/all/gpus_in_use": values})
-    full = PrismForecaster(**NO_RNN).fit(panel)
+    full = PrismForecaster(use_spectral=True, **NO_RNN).fit(panel)
     bare = PrismForecaster(use_primitives=False, use_spectral=False, **NO_RNN).fit(panel)
     assert full.dictionary_ is not None and bare.dictionary_ is None
     assert full.rnn_ is None

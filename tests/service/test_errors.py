@@ -112,16 +112,16 @@ def test_fifty_megabyte_body_over_real_http_is_413(live: LiveServer) -> None:
 
 def test_a_model_being_fitted_is_503_with_retry_after(trace: Trace, tmp_path: Path) -> None:
     settings = make_settings(trace, tmp_path, fit_budget_s=0.0)
-    params = {"series_id": SERIES, "horizon": "1h", "model": "prism", "param": "use_spectral=false"}
+    params = {"series_id": SERIES, "horizon": "1h", "model": "prism", "param": "use_jumps=false"}
     with TestClient(create_app(settings)) as client:
         response = client.get("/v1/forecast", params=params)
         assert response.status_code == 503
         assert int(response.headers["Retry-After"]) >= 1
-        assert "prism[use_spectral=false]" in response.json()["detail"]
+        assert "prism[use_jumps=false]" in response.json()["detail"]
         assert "being fitted" in response.json()["detail"]
         deadline = time.monotonic() + 60
         while response.status_code == 503 and time.monotonic() < deadline:
             time.sleep(0.1)
             response = client.get("/v1/forecast", params=params)
         assert response.status_code == 200
-        assert response.json()["model"] == "prism[use_spectral=false]"
+        assert response.json()["model"] == "prism[use_jumps=false]"

@@ -65,8 +65,8 @@ def test_client_retries_while_the_model_fits(trace: Trace, tmp_path: Path) -> No
 
     with LiveServer(create_app(settings)) as live, PrismClient(
             live.url, retries=400, max_backoff=0.05, sleep=sleep) as prism:
-        fc = prism.forecast(SERIES, horizon="1h", model="prism", params={"use_spectral": False})
-    assert fc.model == "prism[use_spectral=false]" and len(fc.mean) == 6
+        fc = prism.forecast(SERIES, horizon="1h", model="prism", params={"use_jumps": False})
+    assert fc.model == "prism[use_jumps=false]" and len(fc.mean) == 6
     assert waits and all(w == 0.05 for w in waits)  # Retry-After, capped at max_backoff
 
 
