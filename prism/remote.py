@@ -18,6 +18,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from prism.errors import ConfigError
+
 logger = logging.getLogger(__name__)
 
 #: The environment variable that names a PRISM API to use instead of the store file.
@@ -40,6 +42,29 @@ def server_file(db: str | Path) -> Path:
     """The file ``prism serve`` writes beside the store ``db``."""
     path = Path(db).expanduser().resolve()
     return path.with_name(path.name + ".server.json")
+
+
+def check_exposure(host: str, token: str | None, insecure: bool = False) -> str | None:
+    """Whether serving on ``host`` with (or without) ``token`` is allowed; a warning if risky.
+
+    Without a token every ``/v1`` route (ingest included) is open to whoever reaches the port:
+    on a loopback address that is this machine's users (a warning); on any other address it is
+    the network, so it is refused unless ``insecure`` (``--insecure-no-auth``) says so.
+
+    Raises:
+        ConfigError: for a non-loopback host without a token and without ``insecure``.
+    """
+    if token:
+        return None
+    loopback = host in ("localhost", "::1", "[::1]") or host.startswith("127.")
+    if not loopback and not insecure:
+        raise ConfigError(
+            f"refusing to serve on {host!r} without a token: anyone who reaches the port could "
+            "ingest and read. Set PRISM_API_TOKEN (clients send `Authorization: Bearer "
+            "<token>`), serve on 127.0.0.1, or pass --insecure-no-auth on a trusted network")
+    where = "every address of this machine" if not loopback else "this machine"
+    return (f"warning: no PRISM_API_TOKEN: the API, ingest included, is open to {where}; set "
+            "PRISM_API_TOKEN to require a bearer token")
 
 
 def client_url(host: str, port: int) -> str:

@@ -172,6 +172,10 @@ _UNITS = {
 }
 
 
+#: The longest duration PRISM accepts (pandas' Timedelta ends near 292 years).
+MAX_DURATION_S = 100 * 365 * 86400
+
+
 def parse_duration(text: str) -> pd.Timedelta:
     """Parse a duration such as ``10min``, ``6h``, ``1d`` or ``1w``.
 
@@ -187,6 +191,9 @@ def parse_duration(text: str) -> pd.Timedelta:
     seconds = float(match.group(1)) * _UNITS[match.group(2).lower()]
     if seconds <= 0:
         raise ConfigError(f"duration {text!r} must be positive")
+    if not seconds <= MAX_DURATION_S:  # also NaN and inf
+        raise ConfigError(f"duration {text!r} is longer than the {MAX_DURATION_S // 86400:,} "
+                          "days PRISM accepts; write a shorter one, e.g. 1d or 4w")
     return pd.Timedelta(seconds=seconds)
 
 

@@ -130,6 +130,7 @@ class Store:
                     f"cannot open store {target!r}: folder {str(parent)!r} does not exist; "
                     "create it or pass another --db"
                 )
+            _check_store_file(Path(target).expanduser())
         try:
             # Rows carry their order in columns (ts, _line): DuckDB may insert in parallel.
             config: dict[str, str | bool | int | float | list[str]] = {
@@ -139,10 +140,12 @@ class Store:
                 config["memory_limit"] = limit
             conn = duckdb.connect(target, read_only=read_only, config=config)
         except duckdb.Error as exc:
+            fix = ("close the other process using it (with `prism serve` running, the CLI "
+                   "goes through its API)" if "lock" in str(exc).lower()
+                   else "pass a DuckDB store or a new path")
             raise ConfigError(
-                f"cannot open store {target!r}: {exc}. Fix: close the other process using it, "
-                "or pass another --db / PRISM_DB"
-            ) from exc
+                f"cannot open store {target!r}: {exc}. Fix: {fix}, or pass another --db / "
+                "PRISM_DB") from exc
         return cls(conn, init_schema=not read_only)
 
     def cursor(self) -> Store:
@@ -327,7 +330,7 @@ class Store:
         row = self.fetch_one("SELECT value FROM meta WHERE key = 'schema_version'")
         return int(row[0]) if row else 0
 
-    # -- reads used by the use cases----------------------------------------------------------
+    # -- reads used by the use cases ---------------------------------------------------------
     def list_series(
         self, *, cluster: str | None = None, scope: str | None = None, metric: str | None = None
     ) -> pd.DataFrame:
@@ -766,3 +769,32 @@ def _polling(
 
 _INSERTABLE = {"jobs", "samples", "capacity", "rejects", "series_values", "series", "ingests",
                "forecast_errors", "batch_forecasts", "batch_series"}
+
+
+#: Extensions of data files that DuckDB would open as a throw-away database with the file
+#: attached as a view (an ingest into it would be lost).
+_DATA_SUFFIXES = {".csv", ".tsv", ".txt", ".parquet", ".json", ".jsonl", ".gz", ".zip", ".xlsx"}
+
+
+def _check_store_file(path: Path) -> None:
+    """Refuse a ``--db`` that is not a DuckDB store (or a new path for one).
+
+    Raises:
+        ConfigError: for a data file (CSV, Parquet, ...), or an existing file whose header is
+            not DuckDB's.
+    """
+    if path.is_dir():
+        raise ConfigError(f"--db {str(path)!r} is a folder; pass a store file such as "
+                          f"{str(path / 'prism.duckdb')!r}")
+    suffixes = {s.lower() for s in path.suffixes}
+    if suffixes & _DATA_SUFFIXES:
+        raise ConfigError(
+            f"--db {str(path)!r} looks like a data file, not a store: ingest it with "
+            f"`prism --db prism.duckdb ingest {path} --format FORMAT`")
+    if path.is_file() and path.stat().st_size > 0:
+        with path.open("rb") as fh:
+            header = fh.read(12)
+        if header[8:12] != b"DUCK":
+            raise ConfigError(
+                f"--db {str(path)!r} is not a DuckDB store (its header is not DuckDB's): pass "
+                "the store's file or a new path")

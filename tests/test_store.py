@@ -105,7 +105,7 @@ def test_open_names_a_missing_folder_and_a_file_that_is_not_a_store(tmp_path: Pa
         Store.open(tmp_path / "nowhere" / "s.duckdb")
     junk = tmp_path / "junk.duckdb"
     junk.write_text("not a database\n")
-    with pytest.raises(ConfigError, match="cannot open store .*Fix:"):
+    with pytest.raises(ConfigError, match="is not a DuckDB store .*pass the store.s file"):
         Store.open(junk)
 
 

@@ -499,12 +499,15 @@ def _cmd_datasets_download(args: argparse.Namespace) -> int:
 def _cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from prism.remote import announce_server, client_url
+    from prism.remote import announce_server, check_exposure, client_url
     from service.app import create_app  # the API sits on top of prism: imported on use
 
     update = {"db": args.db, "models_dir": args.models_dir, "default_model": args.model}
     settings = get_settings().model_copy(
         update={k: v for k, v in update.items() if v is not None})
+    warning = check_exposure(args.host, settings.api_token, args.insecure_no_auth)
+    if warning:
+        _err.print(warning, markup=False)
     _err.print(f"serving {settings.db} on http://{args.host}:{args.port} (API docs at "
                f"/docs, models in {settings.models_dir}); Ctrl-C stops", markup=False)
     # announce the server beside the store: the CLI and notebooks go through its API
@@ -741,6 +744,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the model registry (default: $PRISM_MODELS_DIR or ./models)")
     p.add_argument("--model", default=None, help="model fitted for requests that name none "
                    "(default: $PRISM_DEFAULT_MODEL or prism)")
+    p.add_argument("--insecure-no-auth", action="store_true", help="serve on a non-loopback "
+                   "host without PRISM_API_TOKEN (anyone on the network can ingest and read)")
     p.set_defaults(func=_cmd_serve)
     return parser
 

@@ -1,0 +1,104 @@
+"""Hostile and clumsy input from the hardening audit: huge durations, a data file as the store,
+an open server on the network."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from prism.cli import main
+from prism.errors import ConfigError
+from prism.remote import check_exposure
+from prism.schema import MAX_DURATION_S, parse_duration
+from prism.store import Store
+
+
+def _store_with_a_series(db: Path, folder: Path) -> None:
+    points = folder / "points.csv"
+    points.write_text("series_id,ts,value\n" + "".join(
+        f"c/all/gpus_in_use,2026-01-05T00:{10 * k:02d},{k}\n" for k in range(6)),
+        encoding="utf-8")
+    assert main(["--db", str(db), "ingest", str(points), "--format", "long-csv", "-q"]) == 0
+
+
+@pytest.mark.parametrize("text", ["99999999999999d", "3000000w", "9" * 400 + "d"])
+def test_a_huge_duration_is_a_clear_error(text: str) -> None:
+    with pytest.raises(ConfigError, match="longer than the 36,500 days"):
+        parse_duration(text)
+
+
+def test_the_longest_duration_is_accepted() -> None:
+    assert parse_duration(f"{MAX_DURATION_S}s").total_seconds() == MAX_DURATION_S
+
+
+def test_the_cli_names_a_huge_horizon(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = tmp_path / "prism.duckdb"
+    _store_with_a_series(db, tmp_path)
+    code = main(["--db", str(db), "forecast", "c/all/gpus_in_use", "--model", "naive",
+                 "--horizon", "99999999999999d"])
+    assert code == 1
+    assert "longer than the 36,500 days" in capsys.readouterr().err
+
+
+def test_the_api_answers_422_for_a_huge_horizon(tmp_path: Path) -> None:
+    from fastapi.testclient import TestClient
+
+    from prism.config import Settings
+    from service.app import create_app
+
+    db = tmp_path / "prism.duckdb"
+    _store_with_a_series(db, tmp_path)
+    settings = Settings(db=str(db), models_dir=str(tmp_path / "models"), api_token=None,
+                        default_model="naive")
+    with TestClient(create_app(settings)) as client:
+        for _ in range(2):  # the connection survives the error
+            got = client.get("/v1/forecast", params={"series_id": "c/all/gpus_in_use",
+                                                     "horizon": "99999999999999d"})
+            assert got.status_code == 422, got.text
+            assert "longer than" in str(got.json()["detail"])
+
+
+@pytest.mark.parametrize("name", ["jobs.csv", "panel.parquet", "trace.csv.gz"])
+def test_a_data_file_as_the_store_is_refused_and_kept(
+        tmp_path: Path, name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    data = tmp_path / name
+    data.write_bytes(b"series_id,ts,value\nc/all/gpus_in_use,2026-01-05T00:00,1\n")
+    before = data.read_bytes()
+    assert main(["--db", str(data), "ingest", str(data), "--format", "long-csv"]) == 1
+    err = capsys.readouterr().err
+    assert "looks like a data file, not a store" in err and str(data) in err
+    assert data.read_bytes() == before
+
+
+def test_a_file_that_is_not_duckdb_is_refused(tmp_path: Path) -> None:
+    fake = tmp_path / "prism.duckdb"
+    fake.write_bytes(b"not a database at all, just text")
+    with pytest.raises(ConfigError, match="is not a DuckDB store"):
+        Store.open(fake)
+    real = tmp_path / "real.duckdb"
+    with Store.open(real):
+        pass
+    with Store.open(real) as store:  # a real store still opens
+        assert store.schema_version >= 1
+
+
+def test_an_open_server_on_the_network_is_refused() -> None:
+    with pytest.raises(ConfigError, match="without a token"):
+        check_exposure("0.0.0.0", None)
+    assert check_exposure("0.0.0.0", None, insecure=True) is not None  # allowed, warned
+    assert "warning" in (check_exposure("127.0.0.1", None) or "")
+    assert check_exposure("0.0.0.0", "s3cret") is None
+
+
+def test_prism_serve_refuses_the_network_without_a_token(tmp_path: Path) -> None:
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-m", "prism.cli", "--db", str(tmp_path / "s.duckdb"), "serve",
+         "--host", "0.0.0.0", "--port", "1"], env=env, capture_output=True, text=True,
+        timeout=120)
+    assert done.returncode == 1
+    assert "refusing to serve on '0.0.0.0' without a token" in done.stderr
+    assert "Traceback" not in done.stderr
