@@ -32,7 +32,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from prism.errors import DataContractError
+from prism.errors import ConfigError, DataContractError
 from prism.schema import MAX_BUCKETS, METRICS, format_freq, freq_seconds, metric_info
 from prism.store import Store
 
@@ -217,10 +217,18 @@ FROM v JOIN info i ON i.metric = split_part(v.series_id, '/', 3)
 """
 
 
+#: The finest bucket a job-level source is derived at.
+MIN_FREQ_S = 60
+
+
 def set_cluster_config(store: Store, cluster: str, *, freq: str | None, fill: str | None) -> None:
     """Record the bucket size and fill policy of ``cluster`` (kept for later ingests)."""
     row = store.fetch_one("SELECT freq_s, fill FROM clusters WHERE cluster = ?", [cluster])
     freq_s = freq_seconds(freq) if freq else (row[0] if row else freq_seconds(DEFAULT_FREQ))
+    if freq and freq_s < MIN_FREQ_S:
+        raise ConfigError(f"--freq {freq} is finer than the 1min PRISM derives series at (GPU "
+                          "demand moves in minutes; a second-level grid only multiplies rows): "
+                          "pass --freq 1min or coarser")
     policy = fill or (row[1] if row else "auto")
     store.execute(
         "INSERT OR REPLACE INTO clusters (cluster, freq_s, fill) VALUES (?, ?, ?)",

@@ -29,7 +29,7 @@ import pickle
 import platform
 import secrets
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
@@ -199,8 +199,15 @@ def _read_meta(folder: Path) -> ModelRecord:
     if meta.get("format") != FORMAT or meta.get("format_version") != FORMAT_VERSION:
         raise ConfigError(f"{folder / 'meta.json'} is not a PRISM model of format version "
                           f"{FORMAT_VERSION}; save the model again with this version")
-    fields = {k: v for k, v in meta.items() if k not in ("format", "format_version")}
-    return ModelRecord(**fields, path=str(folder))
+    given = {k: v for k, v in meta.items() if k not in ("format", "format_version", "path")}
+    known = {f.name for f in fields(ModelRecord)}
+    odd = sorted(set(given) - known)
+    missing = sorted(known - set(given) - {"path"})
+    if odd or missing:
+        raise ConfigError(f"{folder / 'meta.json'} does not describe a PRISM model (unexpected "
+                          f"keys: {odd or 'none'}; missing: {missing or 'none'}); save the "
+                          "model again or remove its folder")
+    return ModelRecord(**given, path=str(folder))
 
 
 def list_models(root: str | Path, *, alias: str | None = None) -> list[ModelRecord]:

@@ -102,3 +102,53 @@ def test_prism_serve_refuses_the_network_without_a_token(tmp_path: Path) -> None
     assert done.returncode == 1
     assert "refusing to serve on '0.0.0.0' without a token" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_malformed_meta_json_is_skipped_and_reported(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from prism import registry
+    from prism.forecasters import get_forecaster
+    from tests.factories import make_panel
+
+    models = tmp_path / "models"
+    good = registry.save_model(get_forecaster("naive").fit(make_panel(series=1)), models)
+    bad = registry.save_model(get_forecaster("naive").fit(make_panel(series=1, seed=5)), models)
+    meta_path = Path(bad.path) / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    meta["surprise"] = 1
+    meta_path.write_text(json.dumps(meta))
+    with caplog.at_level("WARNING", logger="prism.registry"):
+        found = registry.list_models(models)
+    assert [r.model_id for r in found] == [good.model_id]
+    assert "unexpected keys: ['surprise']" in caplog.text
+    assert main(["models", "list", "--models-dir", str(models)]) == 0
+    assert good.model_id in capsys.readouterr().out
+
+
+def test_a_folder_as_the_ingest_path_is_a_clear_error(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    assert main(["--db", str(tmp_path / "s.duckdb"), "ingest", str(folder), "--format",
+                 "jobs-csv"]) == 1
+    err = capsys.readouterr().err
+    assert "is a folder, not a file" in err and "Traceback" not in err
+
+
+def test_a_second_level_freq_is_refused(tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    jobs = tmp_path / "jobs.csv"
+    jobs.write_text("job_id,cluster,scope,num_gpus,submit_ts,start_ts,end_ts\n"
+                    "j1,c,vc,2,2026-01-05T00:00,2026-01-05T00:00,2026-01-05T03:00\n",
+                    encoding="utf-8")
+    db = tmp_path / "s.duckdb"
+    assert main(["--db", str(db), "ingest", str(jobs), "--format", "jobs-csv",
+                 "--freq", "1s"]) == 1
+    assert "finer than the 1min" in capsys.readouterr().err
+    with Store.open(db) as store:  # nothing stored
+        assert store.fetch_one("SELECT count(*) FROM jobs") == (0,)
+    assert main(["--db", str(db), "ingest", str(jobs), "--format", "jobs-csv",
+                 "--freq", "1min", "-q"]) == 0

@@ -173,6 +173,9 @@ def _ingest(
     for i, path in enumerate(files):
         if not path.exists():
             raise IngestError("file not found", path=str(path), fix="check the path")
+        if path.is_dir():
+            raise IngestError("is a folder, not a file", path=str(path),
+                              fix=f"pass the files inside it, e.g. {path}/*.csv")
         digest = content_hash(path, fmt, options, adapter.identity(path, options))
         seen = store.fetch_one(
             "SELECT ingest_id FROM ingests WHERE content_hash = ?", [digest]
