@@ -40,6 +40,9 @@ class Settings(BaseSettings):
             cache (``PRISM_FORECAST_CACHE_ENTRIES``).
         drift_window: scored forecast points per series in the rolling forecast error
             (``PRISM_DRIFT_WINDOW``).
+        allowed_hosts: Host headers the API answers (``PRISM_ALLOWED_HOSTS``, a JSON list;
+            ``*`` any). ``prism serve`` on a loopback address narrows the default to the
+            loopback names, so a DNS-rebinding page cannot read through the browser.
         cors_origins: origins allowed by CORS (``PRISM_CORS_ORIGINS``, a JSON list); empty
             (the default) turns CORS off.
     """
@@ -61,6 +64,7 @@ class Settings(BaseSettings):
     forecast_cache_entries: int = Field(default=4096, ge=0)
     drift_window: int = Field(default=144, ge=1)
     cors_origins: list[str] = Field(default_factory=list)
+    allowed_hosts: list[str] = Field(default_factory=lambda: ["*"])
 
 
 @lru_cache(maxsize=1)

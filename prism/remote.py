@@ -67,6 +67,20 @@ def check_exposure(host: str, token: str | None, insecure: bool = False) -> str 
             "PRISM_API_TOKEN to require a bearer token")
 
 
+def served_hosts(host: str, configured: list[str]) -> list[str]:
+    """The Host headers a server bound to ``host`` answers.
+
+    A server on a loopback address answers only the loopback names unless ``configured``
+    (``PRISM_ALLOWED_HOSTS``) says otherwise: a web page that rebinds its own domain to
+    127.0.0.1 (DNS rebinding) then gets 400 instead of the data. Any other bind keeps
+    ``configured`` (``*``: any host; the token guards it).
+    """
+    loopback = host in ("localhost", "::1", "[::1]") or host.startswith("127.")
+    if configured == ["*"] and loopback:
+        return sorted({"127.0.0.1", "localhost", "::1", "[::1]", host})
+    return list(configured)
+
+
 def client_url(host: str, port: int) -> str:
     """The URL a client on this machine uses for a server bound to ``host:port`` (a server
     bound to every interface is reached on the loopback)."""

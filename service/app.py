@@ -16,6 +16,7 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from prometheus_client import CollectorRegistry, disable_created_metrics
 from prometheus_client.registry import Collector
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from prism import __version__
 from prism.config import Settings, get_settings
@@ -24,7 +25,7 @@ from prism.hub import ForecastHub
 from prism.usecases import open_store
 from prism.usecases.forecast import start_hub
 from service.errors import handle_prism_error
-from service.middleware import BearerToken, BodyLimit, HttpMetrics
+from service.middleware import BearerToken, BodyLimit, CrossSiteWrites, HttpMetrics
 from service.routers import (
     capacity,
     decomposition,
@@ -93,14 +94,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         401: {"model": ErrorOut, "description": "no or wrong bearer token"}}
     for module in (forecast, series, ingest, decomposition, capacity, models):
         app.include_router(module.router, responses=guarded)
-    # the last added runs first: metrics, CORS (answers preflights), token, body limit
+    # the last added runs first: metrics, Host check, CORS (answers preflights), token,
+    # cross-site writes, body limit
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(CrossSiteWrites, prefix="/v1", allowed=settings.cors_origins)
     if settings.api_token:
         app.add_middleware(BearerToken, token=settings.api_token, prefix="/v1")
     if settings.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins,
                            allow_methods=["GET", "POST"],
                            allow_headers=["Authorization", "Content-Type"])
+    if settings.allowed_hosts != ["*"]:  # checked first: a foreign Host gets 400
+        app.add_middleware(TrustedHostMiddleware, allowed_hosts=settings.allowed_hosts)
     app.add_middleware(HttpMetrics, registry=app.state.metrics)  # counts 401s and 413s too
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app

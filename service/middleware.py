@@ -1,4 +1,5 @@
-"""ASGI middleware: the bearer token, the request body limit and the HTTP metrics.
+"""ASGI middleware: the bearer token, cross-site writes, the request body limit and the HTTP
+metrics.
 
 Both are plain ASGI (no ``BaseHTTPMiddleware``, which costs a task per request).
 """
@@ -7,9 +8,12 @@ from __future__ import annotations
 
 import hmac
 import time
+from collections.abc import Sequence
 from typing import Any
+from urllib.parse import urlsplit
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
+from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -133,3 +137,37 @@ class HttpMetrics:
             method = scope.get("method", "")
             self.requests.labels(method, name, str(status)).inc()
             self.latency.labels(method, name).observe(time.perf_counter() - start)
+
+
+class CrossSiteWrites:
+    """Refuse (403) a write under ``prefix`` that a browser sends from another site.
+
+    A web page can make the browser POST a form (multipart) to any address without a CORS
+    preflight; with no token set, that would write to the store. Browsers say where a request
+    comes from (``Sec-Fetch-Site``, ``Origin``); programs (curl, the client) send neither, so
+    they are not affected. Origins in ``allowed`` (``PRISM_CORS_ORIGINS``) may write.
+    """
+
+    def __init__(self, app: ASGIApp, *, prefix: str, allowed: Sequence[str]) -> None:
+        self.app = app
+        self.prefix = prefix
+        self.allowed = set(allowed)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS")
+                or not scope["path"].startswith(self.prefix)):
+            await self.app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+        origin = headers.get("origin")
+        site = headers.get("sec-fetch-site", "")
+        foreign = site in ("cross-site", "same-site") or (
+            origin is not None and origin != "null"
+            and urlsplit(origin).netloc != headers.get("host", ""))
+        if (foreign or origin == "null") and origin not in self.allowed:
+            response = JSONResponse(
+                {"detail": f"a write from another site ({origin or site}) is refused; add the "
+                           "origin to PRISM_CORS_ORIGINS to allow it"}, status_code=403)
+            await response(scope, receive, send)
+            return
+        await self.app(scope, receive, send)

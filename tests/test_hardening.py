@@ -152,3 +152,74 @@ def test_a_second_level_freq_is_refused(tmp_path: Path,
         assert store.fetch_one("SELECT count(*) FROM jobs") == (0,)
     assert main(["--db", str(db), "ingest", str(jobs), "--format", "jobs-csv",
                  "--freq", "1min", "-q"]) == 0
+
+
+def _app_settings(tmp_path: Path, **extra: object) -> object:
+    from prism.config import Settings
+
+    db = tmp_path / "prism.duckdb"
+    if not db.exists():
+        _store_with_a_series(db, tmp_path)
+    return Settings(db=str(db), models_dir=str(tmp_path / "models"), api_token=None,
+                    default_model="naive", **extra)
+
+
+CSV = "series_id,ts,value\nweb/all/gpus_in_use,2026-01-05T00:00,1\n"
+
+
+def test_ingest_refuses_the_content_types_browsers_send_cross_site(tmp_path: Path) -> None:
+    from fastapi.testclient import TestClient
+
+    from service.app import create_app
+
+    with TestClient(create_app(_app_settings(tmp_path))) as client:  # type: ignore[arg-type]
+        for kind in ("text/plain", "application/x-www-form-urlencoded", None):
+            headers = {"Content-Type": kind} if kind else {}
+            got = client.post("/v1/ingest", params={"format": "long-csv"}, content=CSV,
+                              headers=headers)
+            assert got.status_code == 415, got.text
+            assert "multipart/form-data" in got.json()["detail"]
+        assert client.get("/v1/series", params={"cluster": "web"}).json()["count"] == 0
+        ok = client.post("/v1/ingest", params={"format": "long-csv"}, content=CSV,
+                         headers={"Content-Type": "text/csv"})
+        assert ok.status_code == 200 and ok.json()["rows"] == 1
+
+
+def test_a_cross_site_form_cannot_write(tmp_path: Path) -> None:
+    from fastapi.testclient import TestClient
+
+    from service.app import create_app
+
+    settings = _app_settings(tmp_path, cors_origins=["https://dash.example"])
+    upload = {"file": ("a.csv", CSV.encode())}
+    with TestClient(create_app(settings)) as client:  # type: ignore[arg-type]
+        for headers in ({"Origin": "https://evil.example"}, {"Sec-Fetch-Site": "cross-site"},
+                        {"Origin": "null"}):
+            got = client.post("/v1/ingest", params={"format": "long-csv"}, files=upload,
+                              headers=headers)
+            assert got.status_code == 403, got.text
+            assert "PRISM_CORS_ORIGINS" in got.json()["detail"]
+        assert client.get("/v1/series", params={"cluster": "web"}).json()["count"] == 0
+        # reads stay open to pages (CORS decides what they may see), programs send no Origin
+        assert client.get("/v1/series", headers={"Origin": "https://evil.example"}
+                          ).status_code == 200
+        allowed = client.post("/v1/ingest", params={"format": "long-csv"}, files=upload,
+                              headers={"Origin": "https://dash.example"})
+        assert allowed.status_code == 200, allowed.text
+
+
+def test_a_loopback_server_answers_only_loopback_hosts(tmp_path: Path) -> None:
+    from fastapi.testclient import TestClient
+
+    from prism.remote import served_hosts
+    from service.app import create_app
+
+    hosts = served_hosts("127.0.0.1", ["*"])
+    assert "localhost" in hosts and "*" not in hosts
+    assert served_hosts("0.0.0.0", ["*"]) == ["*"]
+    assert served_hosts("127.0.0.1", ["prism.lab"]) == ["prism.lab"]
+    settings = _app_settings(tmp_path, allowed_hosts=hosts)
+    with TestClient(create_app(settings)) as client:  # type: ignore[arg-type]
+        rebound = client.get("/v1/series", headers={"Host": "attacker.example"})
+        assert rebound.status_code == 400
+        assert client.get("/v1/series", headers={"Host": "127.0.0.1:8000"}).status_code == 200

@@ -499,12 +499,13 @@ def _cmd_datasets_download(args: argparse.Namespace) -> int:
 def _cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from prism.remote import announce_server, check_exposure, client_url
+    from prism.remote import announce_server, check_exposure, client_url, served_hosts
     from service.app import create_app  # the API sits on top of prism: imported on use
 
     update = {"db": args.db, "models_dir": args.models_dir, "default_model": args.model}
     settings = get_settings().model_copy(
         update={k: v for k, v in update.items() if v is not None})
+    settings.allowed_hosts = served_hosts(args.host, settings.allowed_hosts)
     warning = check_exposure(args.host, settings.api_token, args.insecure_no_auth)
     if warning:
         _err.print(warning, markup=False)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, HTTPException, Query, Request, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
@@ -26,15 +26,21 @@ _BODY = {
                                     "items": {"type": "string", "format": "binary"}}}}},
         "application/json": {"schema": IngestRecords.model_json_schema()},
         "text/csv": {"schema": {"type": "string"}},
+        "application/vnd.apache.parquet": {"schema": {"type": "string", "format": "binary"}},
         "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
     },
 }
+#: Content types a raw body may have. ``text/plain`` and form encodings are refused: browsers
+#: send them cross-site without a CORS preflight, so accepting them would let any web page
+#: write to a server without a token.
+_RAW_TYPES = ("text/csv", "application/vnd.apache.parquet", "application/octet-stream")
 
 
 @router.post(
     "/ingest", response_model=IngestOut, openapi_extra={"requestBody": _BODY},
     responses={400: {"model": ErrorOut, "description": "a malformed multipart body"},
-               413: {"model": ErrorOut, "description": "the body is over the size limit"}},
+               413: {"model": ErrorOut, "description": "the body is over the size limit"},
+               415: {"model": ErrorOut, "description": "a content type ingest does not take"}},
 )
 async def ingest(q: Annotated[IngestQuery, Query()], request: Request,
                  server: ServerDep) -> IngestOut:
@@ -60,7 +66,7 @@ async def ingest(q: Annotated[IngestQuery, Query()], request: Request,
 
 async def _read_body(request: Request, filename: str | None
                      ) -> tuple[list[tuple[str, bytes]], list[dict[str, Any]] | None]:
-    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    kind = _check_kind(request)
     if kind == "multipart/form-data":
         async with request.form(max_files=100, max_fields=100) as form:
             files = []
@@ -78,6 +84,17 @@ async def _read_body(request: Request, filename: str | None
             ) from exc
         return [], [dict(r) for r in parsed.records]
     return ([(filename or "upload", body)] if body else []), None
+
+
+def _check_kind(request: Request) -> str:
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind not in ("multipart/form-data", "application/json", *_RAW_TYPES):
+        raise HTTPException(
+            status.HTTP_415_UNSUPPORTED_MEDIA_TYPE,
+            f"ingest takes multipart/form-data (field `file`), application/json "
+            f"({{\"records\": [...]}}) or a raw body of type {', '.join(_RAW_TYPES)}; got "
+            f"{kind or 'no Content-Type'}")
+    return kind
 
 
 def _pairs(items: list[str]) -> dict[str, str]:
