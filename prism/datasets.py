@@ -349,6 +349,10 @@ def _cached_digest(entry: Dataset, target: Path) -> str | None:
     return digest
 
 
+#: Bytes a download may run past the catalogue's size before it is stopped.
+_SIZE_MARGIN = 64 * 1024
+
+
 def _fetch(
     entry: Dataset, url: str, target: Path, *, verify: bool, progress: Progress | None,
     timeout: float,
@@ -368,10 +372,16 @@ def _fetch(
                 done = 0
                 if progress is not None:
                     progress(done, total)
+                cap = None if entry.size is None else entry.size + _SIZE_MARGIN
                 while chunk := response.read(_CHUNK):
+                    done += len(chunk)
+                    if cap is not None and done > cap:
+                        raise DownloadError(
+                            f"downloading dataset {entry.name!r} stopped: {url} sent more "
+                            f"than the catalogue's {entry.size:,} bytes (a wrong or hostile "
+                            f"file; nothing kept); {mirror_hint}")
                     handle.write(chunk)
                     digest.update(chunk)
-                    done += len(chunk)
                     if progress is not None:
                         progress(done, total)
         except urllib.error.HTTPError as exc:

@@ -160,6 +160,16 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
             self.wfile.write(b"only a few bytes")
             self.close_connection = True
             return
+        if self.path == "/endless.csv":  # a bad mirror: no length, never stops
+            self.send_response(200)
+            self.end_headers()
+            try:
+                for _ in range(4096):  # 256 MiB unless the client hangs up
+                    self.wfile.write(b"x" * 65536)
+            except OSError:
+                pass
+            self.close_connection = True
+            return
         super().do_GET()
 
     def log_message(self, format: str, *args: object) -> None:
@@ -368,3 +378,11 @@ def test_tar_member_is_checked_against_its_published_checksum(
     missing = entry.model_copy(update={"member": "pai_job_table.csv", "name": "third"})
     with pytest.raises(DownloadError, match=r"no member matches.*pai_task_table\.csv"):
         download(missing, cache_dir=cache, base_url=server.url)
+
+
+def test_a_download_stops_past_the_catalogue_size(server: _Server, cache: Path) -> None:
+    entry = _entry(filename="endless.csv")
+    with pytest.raises(DownloadError, match="sent more than the catalogue's"):
+        download(entry, cache_dir=cache, base_url=server.url)
+    folder = cache / "fixture-trace"
+    assert not folder.exists() or _files(folder) == []  # nothing kept, no partial file
