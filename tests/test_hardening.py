@@ -223,3 +223,22 @@ def test_a_loopback_server_answers_only_loopback_hosts(tmp_path: Path) -> None:
         rebound = client.get("/v1/series", headers={"Host": "attacker.example"})
         assert rebound.status_code == 400
         assert client.get("/v1/series", headers={"Host": "127.0.0.1:8000"}).status_code == 200
+
+
+def test_an_unknown_option_is_named_with_the_ones_the_format_reads(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    jobs = tmp_path / "jobs.csv"
+    jobs.write_text("job_id,cluster,scope,num_gpus,submit_ts,start_ts,end_ts\n"
+                    "j1,c,vc,2,0,0,3600\n", encoding="utf-8")
+    db = str(tmp_path / "s.duckdb")
+    assert main(["--db", db, "ingest", str(jobs), "--format", "jobs-csv",
+                 "--option", "time_units=s"]) == 1
+    err = capsys.readouterr().err
+    assert "--option time_units: jobs-csv does not read it" in err
+    assert "time_unit, ignore" in err
+    assert main(["--db", db, "ingest", str(jobs), "--format", "jobs-csv",
+                 "--option", "time_unit=parsecs"]) == 1
+    err = capsys.readouterr().err
+    assert "time_unit='parsecs'" in err and "Traceback" not in err and "KeyError" not in err
+    assert main(["--db", db, "ingest", str(jobs), "--format", "jobs-csv",
+                 "--option", "time_unit=s", "-q"]) == 0

@@ -225,6 +225,7 @@ class AlibabaPaiAdapter(Adapter):
     kind = "jobs"
     description = ("Alibaba cluster-trace-gpu-v2020 pai_task_table.csv (header-less; "
                    "--option job_table=pai_job_table.csv for submit times and users)")
+    option_keys = ("job_table",)
 
     def read(self, path: Path, options: IngestOptions) -> Batch:
         """Read ``pai_task_table.csv`` into one canonical job per task (see the module doc).

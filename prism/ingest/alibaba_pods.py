@@ -64,6 +64,7 @@ class AlibabaPodsAdapter(Adapter):
     name = "alibaba-pods"
     kind = "jobs"
     description = "Alibaba cluster-trace-gpu-v2023 pod list (fractional shared GPUs)"
+    option_keys = ("window_start",)
 
     def read(self, path: Path, options: IngestOptions) -> Batch:
         """Read a pod list into canonical jobs."""

@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from prism.errors import IngestError
+from prism.errors import ConfigError, IngestError
 from prism.ingest.timeparse import check_tz, locate_malformed_row, parse_local_times
 from prism.schema import EARLIEST_TS, JOB_COLUMNS, LATEST_TS, FileScan
 
@@ -141,6 +141,24 @@ class Adapter:
     name: str = ""
     kind: Kind = "jobs"
     description: str = ""
+    #: The ``--option KEY=VALUE`` keys the format reads (anything else is refused by name).
+    option_keys: tuple[str, ...] = ()
+
+    def check_options(self, options: IngestOptions) -> None:
+        """Refuse ``--option`` keys this format does not read, and values it cannot use.
+
+        Raises:
+            ConfigError: naming the key and the keys the format takes.
+        """
+        unknown = sorted(set(options.extra) - set(self.option_keys))
+        if unknown:
+            takes = ", ".join(self.option_keys) or "none"
+            raise ConfigError(f"--option {', '.join(unknown)}: {self.name} does not read "
+                              f"{'it' if len(unknown) == 1 else 'them'} (its options: {takes})")
+        unit = options.extra.get("time_unit")
+        if unit is not None and unit not in ("s", "ms"):
+            raise ConfigError(f"--option time_unit={unit!r}: write time_unit=s or time_unit=ms "
+                              "(numbers since the Unix epoch)")
 
     def identity(self, path: Path, options: IngestOptions) -> str:
         """What, besides the bytes and the options, decides the result (e.g. a VC taken from

@@ -82,6 +82,7 @@ class JobsCsvAdapter(Adapter):
     name = "jobs-csv"
     kind = "jobs"
     description = "one row per job: job_id, cluster, scope, gpu_type, num_gpus, times, status"
+    option_keys = ("time_unit", "ignore")
 
     def read(self, path: Path, options: IngestOptions) -> Batch:
         """Read a job CSV/Parquet file; see the module docstring for the columns."""

@@ -164,6 +164,7 @@ def _ingest(
     fill: str | None, progress: Progress | None, native: bool, defer: bool,
 ) -> IngestReport:
     adapter = get_adapter(fmt)
+    adapter.check_options(options)
     report = IngestReport()
     # per new file: what DuckDB reads itself, the chunk stream of a clean job file (read while
     # writing), or a Batch read now

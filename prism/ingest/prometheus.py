@@ -129,6 +129,7 @@ class PrometheusAdapter(Adapter):
     name = "prometheus"
     kind = "samples"
     description = "JSON body of the Prometheus HTTP API /api/v1/query_range (matrix or vector)"
+    option_keys = ("metric", "scale", "combine", "scope_label")
 
     def read(self, path: Path, options: IngestOptions) -> Batch:
         """Read one saved response; see the module docstring for naming and combining.

@@ -108,6 +108,7 @@ class SlurmSacctAdapter(Adapter):
     description = (
         "sacct --parsable2 --format=JobID,User,Account,Partition,AllocTRES,Submit,Start,End,State"
     )
+    option_keys = ("scope",)
 
     def read(self, path: Path, options: IngestOptions) -> Batch:
         """Read one sacct export; see the module docstring for the mapping.
