@@ -44,7 +44,7 @@ run: $(STAMP)
 	@echo "       -d '{\"series_ids\": [\"cluster-0/all/gpu_demand\", \"cluster-1/all/gpu_demand\"], \"horizon\": \"1d\"}'"
 	@echo "  curl -s 'http://127.0.0.1:$(PORT)/v1/capacity?cluster=cluster-0&horizon=1d&quantile=0.95'"
 	@echo "  curl -s -X POST 'http://127.0.0.1:$(PORT)/v1/ingest?format=jobs-csv' -F file=@$(DEMO)/jobs.csv"
-	@echo "  curl -s http://127.0.0.1:$(PORT)/metrics | grep '^prism_forecast'"
+	@echo "  curl -s http://127.0.0.1:$(PORT)/v1/metrics | grep '^prism_forecast'"
 	@echo "  (API docs: http://127.0.0.1:$(PORT)/docs; with PRISM_API_TOKEN set, add"
 	@echo "   -H \"Authorization: Bearer \$$PRISM_API_TOKEN\" to the /v1 calls)"
 	@if [ "$(SERVE)" != "0" ]; then \

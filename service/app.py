@@ -41,13 +41,14 @@ from service.schemas import ErrorOut
 class _HubMetrics(Collector):
     """The forecast hub's metrics, read at each scrape (the hub starts with the lifespan)."""
 
-    def __init__(self, app: FastAPI) -> None:
+    def __init__(self, app: FastAPI, *, per_series: bool) -> None:
         self._app = app
+        self._per_series = per_series  # only the per-series gauges, or only the others
 
     def collect(self) -> Any:
         hub: ForecastHub | None = getattr(self._app.state, "hub", None)
         if hub is not None:
-            yield from hub.collect()
+            yield from hub.collect(shared=not self._per_series, per_series=self._per_series)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -86,14 +87,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         "sets a token. Errors are `{\"detail\": ...}`.",
     )
     app.state.settings = settings
+    # /metrics (open): process, HTTP, cache and fit metrics; /v1/metrics (behind the token)
+    # adds the gauges labelled by series id, which name every cluster, VC and tenant
     app.state.metrics = CollectorRegistry(auto_describe=True)
-    app.state.metrics.register(_HubMetrics(app))
+    app.state.metrics.register(_HubMetrics(app, per_series=False))
+    app.state.series_metrics = CollectorRegistry(auto_describe=True)
+    app.state.series_metrics.register(_HubMetrics(app, per_series=True))
     app.add_exception_handler(PrismError, handle_prism_error)
     app.include_router(health.router)
     guarded: dict[int | str, dict[str, Any]] = {
         401: {"model": ErrorOut, "description": "no or wrong bearer token"}}
     for module in (forecast, series, ingest, decomposition, capacity, models):
         app.include_router(module.router, responses=guarded)
+    app.include_router(health.guarded_router, responses=guarded)
     # the last added runs first: metrics, Host check, CORS (answers preflights), token,
     # cross-site writes, body limit
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)

@@ -360,9 +360,13 @@ class ForecastHub:
         return changed, scored
 
     # -- metrics -------------------------------------------------------------------------------
-    def collect(self) -> Iterator[Metric]:
-        """Prometheus metrics of the hub: cache, fits, freshness and forecast errors."""
-        with self._store.cursor() as cur:
-            errors = cur.rolling_forecast_errors(self._drift_window)
-        return self._metrics.collect(catalogue=self.catalogue(), errors=errors,
-                                     status=self.status())
+    def collect(self, *, shared: bool = True, per_series: bool = True) -> Iterator[Metric]:
+        """Prometheus metrics of the hub: cache, fits and counts (``shared``) and the
+        freshness and forecast errors of each series (``per_series``)."""
+        errors = pd.DataFrame()
+        if per_series:
+            with self._store.cursor() as cur:
+                errors = cur.rolling_forecast_errors(self._drift_window)
+        return self._metrics.collect(catalogue=self.catalogue() if per_series else {},
+                                     errors=errors, status=self.status(), shared=shared,
+                                     per_series=per_series)

@@ -56,6 +56,8 @@ class HubMetrics:
         catalogue: Mapping[str, SeriesState],
         errors: pd.DataFrame,
         status: Mapping[str, int],
+        shared: bool = True,
+        per_series: bool = True,
     ) -> Iterator[Metric]:
         """Every metric, with the gauges computed from the hub's present state.
 
@@ -63,10 +65,20 @@ class HubMetrics:
             catalogue: every series' state (freshness gauges).
             errors: ``series_id, model, points, mae, wape`` over the last scored points.
             status: the counts of :meth:`ForecastHub.status`.
+            shared: include the metrics of the hub as a whole (cache, fits, counts).
+            per_series: include the gauges labelled by series id (they name every cluster,
+                VC and tenant; the API serves them only behind the token).
         """
-        yield from self._cache.collect()
-        yield from self._fit.collect()
-        yield from self._rejected.collect()
+        if shared:
+            yield from self._cache.collect()
+            yield from self._fit.collect()
+            yield from self._rejected.collect()
+            for name, help_text in _STATUS_GAUGES:
+                gauge = GaugeMetricFamily(f"prism_{name}", help_text)
+                gauge.add_metric([], status[name])
+                yield gauge
+        if not per_series:
+            return
         now = time.time()
         last = GaugeMetricFamily("prism_series_last_timestamp_seconds",
                                  "Unix time of the series' last bucket", labels=["series_id"])
@@ -99,7 +111,3 @@ class HubMetrics:
         yield mae
         yield wape
         yield points
-        for name, help_text in _STATUS_GAUGES:
-            gauge = GaugeMetricFamily(f"prism_{name}", help_text)
-            gauge.add_metric([], status[name])
-            yield gauge

@@ -1,4 +1,5 @@
-"""``/healthz``, ``/readyz`` and ``/metrics``: open even when a token is set."""
+"""``/healthz``, ``/readyz`` and ``/metrics``: open even when a token is set; and
+``/v1/metrics``, the per-series metrics, behind it."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from service.deps import ServerDep
 from service.schemas import ErrorOut, HealthOut, ReadyOut
 
 router = APIRouter(tags=["health"])
+#: Routes under ``/v1``: behind the token.
+guarded_router = APIRouter(prefix="/v1", tags=["health"])
 
 
 @router.get("/healthz", response_model=HealthOut)
@@ -34,3 +37,14 @@ async def readyz(server: ServerDep) -> ReadyOut | JSONResponse:
 def metrics(request: Request) -> Response:
     """Prometheus metrics: requests, latency, cache hits, fit times, freshness, drift."""
     return Response(generate_latest(request.app.state.metrics), media_type=CONTENT_TYPE_LATEST)
+
+
+@guarded_router.get("/metrics", response_class=Response,
+                    responses={200: {"content": {CONTENT_TYPE_LATEST: {"schema": {
+                        "type": "string"}}}, "description": "Prometheus text format"}})
+def series_metrics(request: Request) -> Response:
+    """The metrics of ``/metrics`` and the gauges per series: data age, last bucket, rolling
+    forecast error (scrape with the bearer token)."""
+    text = (generate_latest(request.app.state.metrics)
+            + generate_latest(request.app.state.series_metrics))
+    return Response(text, media_type=CONTENT_TYPE_LATEST)

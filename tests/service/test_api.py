@@ -46,7 +46,11 @@ def test_health_ready_and_metrics_are_open(client: TestClient) -> None:
     response = client.get("/metrics")
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/plain")
-    assert metric(response.text, "prism_series_last_timestamp_seconds",
+    assert "series_id=" not in response.text  # the open metrics name no cluster, VC or tenant
+    assert "prism_http_requests_total" in response.text
+    full = client.get("/v1/metrics")
+    assert full.status_code == 200
+    assert metric(full.text, "prism_series_last_timestamp_seconds",
                   series_id=SERIES) == pd.Timestamp("2026-01-11T23:40:00").timestamp()
 
 
@@ -145,7 +149,7 @@ def test_ingest_scores_served_forecasts_and_updates_the_model(client: TestClient
     more = client.post("/v1/ingest", params={"format": "long-csv"}, json={
         "records": lab_records("2026-03-04", arrived)}).json()
     assert more["changed_series"] == 1 and more["scored_points"] == 6
-    text = client.get("/metrics").text
+    text = client.get("/v1/metrics").text
     mae = metric(text, "prism_forecast_rolling_mae", series_id="lab/all/gpus_in_use",
                  model="naive")
     assert mae == pytest.approx(np.mean(np.abs(np.array(arrived) - last)))
