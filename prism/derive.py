@@ -33,7 +33,14 @@ import logging
 from collections.abc import Sequence
 
 from prism.errors import ConfigError, DataContractError
-from prism.schema import MAX_BUCKETS, METRICS, format_freq, freq_seconds, metric_info
+from prism.schema import (
+    MAX_BUCKETS,
+    METRICS,
+    format_freq,
+    freq_seconds,
+    make_series_id,
+    metric_info,
+)
 from prism.store import Store
 
 logger = logging.getLogger(__name__)
@@ -246,6 +253,14 @@ def derive_clusters(store: Store, clusters: Sequence[str]) -> int:
     names = sorted(set(clusters))
     if not names:
         return 0
+    for name in names:  # series ids must be addressable (series show, the API)
+        try:
+            make_series_id(name, "all", "gpus_in_use")
+        except DataContractError as exc:
+            raise DataContractError(
+                f"cluster name {name!r} cannot name series: use letters, digits and '_.:=+@-' "
+                "only (no '/', spaces or quotes); pass --cluster NAME to set the cluster of "
+                "every row") from exc
     config = {
         r[0]: (int(r[1]), str(r[2])) for r in store.fetch_all(
             "SELECT cluster, freq_s, fill FROM clusters WHERE list_contains(?, cluster)", [names])

@@ -242,3 +242,20 @@ def test_an_unknown_option_is_named_with_the_ones_the_format_reads(
     assert "time_unit='parsecs'" in err and "Traceback" not in err and "KeyError" not in err
     assert main(["--db", db, "ingest", str(jobs), "--format", "jobs-csv",
                  "--option", "time_unit=s", "-q"]) == 0
+
+
+@pytest.mark.parametrize("cluster", ["bad clu/ster", "x';DROP TABLE jobs--", "é"])
+def test_a_cluster_name_that_cannot_name_series_is_refused(
+        tmp_path: Path, cluster: str, capsys: pytest.CaptureFixture[str]) -> None:
+    db = tmp_path / "s.duckdb"
+    _store_with_a_series(db, tmp_path)  # what the store held before
+    jobs = tmp_path / "jobs.csv"
+    jobs.write_text("job_id,scope,num_gpus,submit_ts,start_ts,end_ts\n"
+                    "j1,vc,2,2026-01-05T00:00,2026-01-05T00:00,2026-01-05T03:00\n",
+                    encoding="utf-8")
+    assert main(["--db", str(db), "ingest", str(jobs), "--format", "jobs-csv",
+                 "--cluster", cluster]) == 1
+    assert "cannot name series" in capsys.readouterr().err
+    with Store.open(db) as store:  # the failed ingest left the store as it was
+        assert store.fetch_one("SELECT count(*) FROM jobs") == (0,)
+        assert store.list_series()["series_id"].tolist() == ["c/all/gpus_in_use"]
