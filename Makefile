@@ -45,6 +45,7 @@ run: $(STAMP)
 	@echo "  curl -s 'http://127.0.0.1:$(PORT)/v1/capacity?cluster=cluster-0&horizon=1d&quantile=0.95'"
 	@echo "  curl -s -X POST 'http://127.0.0.1:$(PORT)/v1/ingest?format=jobs-csv' -F file=@$(DEMO)/jobs.csv"
 	@echo "  curl -s http://127.0.0.1:$(PORT)/v1/metrics | grep '^prism_forecast'"
+	@echo "  $(BIN)/prism --db $(DB) series list   (the CLI goes through the server's API while it runs)"
 	@echo "  (API docs: http://127.0.0.1:$(PORT)/docs; with PRISM_API_TOKEN set, add"
 	@echo "   -H \"Authorization: Bearer \$$PRISM_API_TOKEN\" to the /v1 calls)"
 	@if [ "$(SERVE)" != "0" ]; then \
