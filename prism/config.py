@@ -38,6 +38,8 @@ class Settings(BaseSettings):
             (``PRISM_REFIT_EVERY``; unset: never, models are only updated).
         forecast_cache_entries: forecasts kept in memory in front of the DuckDB forecast
             cache (``PRISM_FORECAST_CACHE_ENTRIES``).
+        max_models: fitted models the API keeps in memory (``PRISM_MAX_MODELS``); past it the
+            least recently used leaves memory and reloads from the registry when asked.
         drift_window: scored forecast points per series in the rolling forecast error
             (``PRISM_DRIFT_WINDOW``).
         allowed_hosts: Host headers the API answers (``PRISM_ALLOWED_HOSTS``, a JSON list;
@@ -62,6 +64,7 @@ class Settings(BaseSettings):
     fit_queue: int = Field(default=64, ge=1)
     refit_every: str | None = None
     forecast_cache_entries: int = Field(default=4096, ge=0)
+    max_models: int = Field(default=512, ge=1)
     drift_window: int = Field(default=144, ge=1)
     cors_origins: list[str] = Field(default_factory=list)
     allowed_hosts: list[str] = Field(default_factory=lambda: ["*"])

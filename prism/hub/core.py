@@ -57,6 +57,8 @@ class ForecastHub:
         refit_every: refit models older than this duration (``None``: never).
         cache_entries: forecasts kept in memory (0: DuckDB cache only).
         drift_window: scored points per series in the rolling forecast error.
+        max_models: models kept in memory; the least recently used leaves first (it reloads
+            from the registry when asked again).
     """
 
     def __init__(
@@ -71,6 +73,7 @@ class ForecastHub:
         refit_every: str | None = None,
         cache_entries: int = 4096,
         drift_window: int = 144,
+        max_models: int = 512,
     ) -> None:
         self._store = store
         self._default_model = default_model
@@ -85,7 +88,8 @@ class ForecastHub:
         self._jobs = ModelJobs(store, models_dir=Path(models_dir), catalogue=self._catalogue,
                                metrics=self._metrics, stop=self._stop, workers=fit_workers,
                                queue_limit=fit_queue,
-                               refit_s=freq_seconds(refit_every) if refit_every else None)
+                               refit_s=freq_seconds(refit_every) if refit_every else None,
+                               max_models=max_models)
         self._served = ServedLog()
         self._specs: dict[tuple[str, tuple[tuple[str, Any], ...]], ModelSpec] = {}
         self._horizons: dict[tuple[str | int, int], int] = {}

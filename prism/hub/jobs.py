@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -56,11 +57,12 @@ class ModelJobs:
         workers: background threads.
         queue_limit: the most jobs waiting at once.
         refit_s: refit models whose parameters are older than this (``None``: never).
+        max_models: models kept in memory (least recently used leaves first).
     """
 
     def __init__(self, store: Store, *, models_dir: Path, catalogue: Catalogue,
                  metrics: HubMetrics, stop: threading.Event, workers: int, queue_limit: int,
-                 refit_s: float | None) -> None:
+                 refit_s: float | None, max_models: int = 512) -> None:
         self._store = store
         self._models_dir = models_dir
         self._catalogue = catalogue
@@ -76,6 +78,10 @@ class ModelJobs:
         self._jobs: dict[JobKey, Future[None]] = {}
         self._job_started: dict[JobKey, float] = {}
         self._durations: dict[tuple[str, str], float] = {}  # (kind, alias) -> EMA seconds
+        # models in memory, least recently used first: past ``max_models`` the oldest leaves
+        # memory (its registry copy reloads it on the next request)
+        self._max_models = max(1, int(max_models))
+        self._used: OrderedDict[str, None] = OrderedDict()
 
     # -- life cycle ----------------------------------------------------------------------------
     def index_registry(self) -> None:
@@ -146,6 +152,9 @@ class ModelJobs:
         with self._lock:
             model_id = self._routes.get((series_id, spec.key))
             loaded = self._models.get(model_id) if model_id else None
+            if loaded is not None:
+                self._used[loaded.model_id] = None
+                self._used.move_to_end(loaded.model_id)
         if loaded is not None and loaded.synced.get(series_id) == state.watermark:
             return loaded
         return None
@@ -303,13 +312,28 @@ class ModelJobs:
                     self._routes[route] = loaded.model_id
             if replaces is not None and replaces != loaded.model_id:
                 self._models.pop(replaces, None)
+                self._used.pop(replaces, None)
+            self._used[loaded.model_id] = None
+            self._used.move_to_end(loaded.model_id)
+            while len(self._models) > self._max_models:
+                oldest = next(iter(self._used))
+                self._used.pop(oldest)
+                if self._models.pop(oldest, None) is not None:
+                    self._routes = {r: m for r, m in self._routes.items() if m != oldest}
+                    logger.info("model %s left memory (more than %d loaded); it reloads "
+                                "from the registry when asked", oldest, self._max_models)
 
     def _save(self, forecaster: BaseForecaster) -> str:
         try:
-            return registry.save_model(forecaster, self._models_dir).model_id
+            record = registry.save_model(forecaster, self._models_dir)
         except (ConfigError, OSError) as exc:  # serve it anyway; a restart will refit
             logger.warning("could not save %s to the registry: %s", forecaster.alias, exc)
             return f"{forecaster.alias}-unsaved-{id(forecaster):x}"
+        key = spec_key(record.alias, record.params)
+        with self._lock:  # a model that leaves memory reloads from here
+            for sid in record.series_ids:
+                self._index[(sid, key)] = record
+        return record.model_id
 
     def _fit_job(self, series_id: str, spec: ModelSpec) -> None:
         state = self._catalogue.state(series_id)  # the watermark before the data is read

@@ -281,6 +281,7 @@ def start_hub(store: Store, settings: Settings) -> ForecastHub:
         fit_budget_s=settings.fit_budget_s, fit_workers=settings.fit_workers,
         fit_queue=settings.fit_queue, refit_every=settings.refit_every,
         cache_entries=settings.forecast_cache_entries, drift_window=settings.drift_window,
+        max_models=settings.max_models,
     ).start()
 
 

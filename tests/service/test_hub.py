@@ -234,3 +234,28 @@ def test_start_warms_the_default_model_up_off_the_request_path(
         assert any(r.levelname == "WARNING" and "no torch today" in r.getMessage()
                    for r in caplog.records)
         hub.close()
+
+
+def test_models_past_the_limit_leave_memory_and_reload_from_the_registry(
+        tmp_path: Path) -> None:
+    store = Store.open(tmp_path / "s.duckdb")
+    hub = ForecastHub(store, models_dir=tmp_path / "models", default_model="naive",
+                      fit_budget_s=30, max_models=2).start()
+    try:
+        t0 = pd.Timestamp("2026-03-01")
+        ids = [f"lab/vc{k}/gpus_in_use" for k in range(4)]
+        rows = [(sid, (t0 + pd.Timedelta(minutes=10 * i)).isoformat(), float(k + i % 5))
+                for k, sid in enumerate(ids) for i in range(144)]
+        hub.ingest([_samples(tmp_path / "s.duckdb", rows, "four")], "long-csv",
+                   IngestOptions())
+        first = {sid: hub.forecast(sid, horizon="1h", quantiles=(0.5,)).model_id
+                 for sid in ids}
+        assert len(set(first.values())) == 4  # one model fitted per series
+        assert hub.status()["models_loaded"] <= 2
+        again = hub.forecast(ids[0], horizon="2h", quantiles=(0.5,))  # not cached: a model
+        assert again.model_id == first[ids[0]]  # reloaded from the registry, not refitted
+        assert again.mean[:6] == hub.forecast(ids[0], horizon="1h", quantiles=(0.5,)).mean
+        assert hub.status()["models_loaded"] <= 2
+    finally:
+        hub.close()
+        store.close()
