@@ -73,13 +73,14 @@ def _too_large(size: int, limit: int) -> PayloadTooLarge:
 class BearerToken:
     """Refuse (401) a request under ``prefix`` without ``Authorization: Bearer <token>``.
 
-    The token is compared in constant time (:func:`hmac.compare_digest`). A middleware rather
+    The token is compared in constant time (:func:`hmac.compare_digest`); the scheme name is
+    case-insensitive and may be followed by several spaces (RFC 7235). A middleware rather
     than a dependency: no route can miss it, and it costs a header lookup per request.
     """
 
     def __init__(self, app: ASGIApp, *, token: str, prefix: str = "/v1") -> None:
         self.app = app
-        self._expected = b"Bearer " + token.encode()
+        self._expected = token.encode()
         self._prefix = prefix
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -87,7 +88,9 @@ class BearerToken:
             given = b""
             for name, value in scope.get("headers", ()):
                 if name == b"authorization":
-                    given = value
+                    scheme, _, credentials = value.partition(b" ")
+                    if scheme.lower() == b"bearer":
+                        given = credentials.strip(b" ")
                     break
             if not hmac.compare_digest(given, self._expected):
                 response = JSONResponse(

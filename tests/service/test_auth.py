@@ -96,3 +96,12 @@ def test_health_and_metrics_stay_open(guarded: TestClient) -> None:
     text = guarded.get("/metrics").text
     # refused before routing: counted, under the route label of unmatched requests
     assert 'prism_http_requests_total{method="GET",route="unmatched",status="401"} 1.0' in text
+
+
+def test_the_bearer_scheme_is_case_insensitive(guarded: TestClient) -> None:
+    for header in (f"bearer {TOKEN}", f"BEARER {TOKEN}", f"Bearer   {TOKEN}"):
+        got = guarded.get("/v1/series", headers={"Authorization": header})
+        assert got.status_code == 200, header
+    for header in (f"Bearer{TOKEN}", "Bearer", f"Bearer {TOKEN[:-1]}", f"Token {TOKEN}"):
+        assert guarded.get("/v1/series", headers={"Authorization": header}
+                           ).status_code == 401, header
