@@ -56,7 +56,7 @@ def check_exposure(host: str, token: str | None, insecure: bool = False) -> str 
     """
     if token:
         return None
-    loopback = host in ("localhost", "::1", "[::1]") or host.startswith("127.")
+    loopback = _loopback(host)
     if not loopback and not insecure:
         raise ConfigError(
             f"refusing to serve on {host!r} without a token: anyone who reaches the port could "
@@ -75,7 +75,7 @@ def served_hosts(host: str, configured: list[str]) -> list[str]:
     127.0.0.1 (DNS rebinding) then gets 400 instead of the data. Any other bind keeps
     ``configured`` (``*``: any host; the token guards it).
     """
-    loopback = host in ("localhost", "::1", "[::1]") or host.startswith("127.")
+    loopback = _loopback(host)
     if configured == ["*"] and loopback:
         return sorted({"127.0.0.1", "localhost", "::1", "[::1]", host})
     return list(configured)
@@ -147,6 +147,11 @@ def find_server(db: str | Path) -> ServerInfo | None:
         logger.info("the server at %s (from %s) does not answer /healthz", info.url, path)
         return None
     return info
+
+
+def _loopback(host: str) -> bool:
+    """Whether ``host`` is this machine only."""
+    return host in ("localhost", "::1", "[::1]") or host.startswith("127.")
 
 
 def _alive(pid: int) -> bool:

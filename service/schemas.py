@@ -212,8 +212,6 @@ class _WithParams(BaseModel):
 class RefitRequest(_WithParams):
     """``POST /v1/models/refit``: refit the server's models of some series (or all)."""
 
-    model_config = ConfigDict(extra="forbid")
-
     series_ids: list[SeriesId] | None = Field(default=None, max_length=100_000,
                                               description="none: every series")
     model: ModelAlias | None = None
@@ -228,8 +226,6 @@ class RefitOut(BaseModel):
 
 class ForecastRequest(_WithParams):
     """``POST /v1/forecast``: several series with one model, horizon and quantiles."""
-
-    model_config = ConfigDict(extra="forbid")
 
     series_ids: list[SeriesId] = Field(min_length=1, max_length=1000)
     horizon: Horizon = "1d"

@@ -29,6 +29,8 @@ from prism import __version__, usecases
 from prism.cli.common import err as _err
 from prism.cli.common import out as _out
 from prism.cli.common import pairs as _pairs
+from prism.cli.common import print_forecast
+from prism.cli.common import quantile_list as _quantiles
 from prism.cli.common import table as _table
 from prism.config import get_settings
 from prism.errors import ConfigError, PrismError
@@ -168,14 +170,6 @@ def _human(seconds: float) -> str:
     return f"{seconds:.3g}s"
 
 
-def _quantile_list(text: str) -> list[float]:
-    try:
-        return [float(q) for q in text.split(",") if q.strip()]
-    except ValueError as exc:
-        raise ConfigError(f"--quantiles {text!r} is not a list of numbers such as "
-                          "0.5,0.9,0.99") from exc
-
-
 def _batch_mode(args: argparse.Namespace) -> bool:
     return bool(args.backend or args.ray_address or args.workers is not None
                 or args.budget is not None or args.global_sample is not None)
@@ -189,7 +183,7 @@ def _run_batch(args: argparse.Namespace, store: Store, task: str, models: list[s
         result = run_batch_job(
             store, series, models=models, task=task,
             params=_pairs(getattr(args, "param", None), "--param"), horizon=args.horizon,
-            quantiles=_quantile_list(args.quantiles), windows=getattr(args, "windows", 1),
+            quantiles=_quantiles(args.quantiles), windows=getattr(args, "windows", 1),
             step=getattr(args, "step", None), backend=args.backend or "local",
             workers=args.workers, ray_address=args.ray_address, budget_s=args.budget,
             global_sample=args.global_sample, output=args.output,
@@ -218,7 +212,6 @@ def _run_batch(args: argparse.Namespace, store: Store, task: str, models: list[s
 
 
 def _cmd_forecast(args: argparse.Namespace) -> int:
-    from prism.usecases.files import write_frame
     from prism.usecases.forecast import forecast_series
 
     if not args.series_ids and not args.all and not args.from_model:
@@ -235,7 +228,7 @@ def _cmd_forecast(args: argparse.Namespace) -> int:
           usecases.open_store(args.db, must_exist=True) as store):
         result = forecast_series(
             store, None if args.all else (args.series_ids or None), horizon=args.horizon,
-            quantiles=_quantile_list(args.quantiles), model=args.model,
+            quantiles=_quantiles(args.quantiles), model=args.model,
             params=_pairs(args.param, "--param"), save=args.save, from_model=args.from_model,
             models_dir=args.models_dir, reconcile=args.reconcile,
         )
@@ -243,12 +236,7 @@ def _cmd_forecast(args: argparse.Namespace) -> int:
     for sid, reason in result.fallback.items():
         _err.print(f"note: {sid} is forecast by the seasonal naive fallback: {reason}",
                    markup=False)
-    if args.output:
-        path = write_frame(frame, args.output)
-        _out.print(f"wrote {len(frame):,} rows ({frame['series_id'].nunique()} series, model "
-                   f"{frame['model'].iloc[0]}) to {path}")
-    else:
-        _out.print(_table(frame, title=f"forecast ({frame['model'].iloc[0]})"))
+    print_forecast(frame, args.output)
     if result.model_id:
         _out.print(f"model {result.model_id}" + (" saved" if args.save else ""))
     elif result.model_ids:
@@ -277,7 +265,7 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
     if not models:
         raise ConfigError("--models is empty; name models, e.g. --models prism,seasonal_naive")
     series = None if args.all else args.series
-    quantiles = _quantile_list(args.quantiles)
+    quantiles = _quantiles(args.quantiles)
     with usecases.open_store(args.db, must_exist=True) as store:
         if _batch_mode(args):
             if args.refit != "always":
@@ -754,7 +742,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _dispatch(args: argparse.Namespace) -> int:
     """Run the command on the store, or through the API of the server that holds it."""
     name = getattr(args.func, "__name__", "")
-    if name == "_cmd_serve" or (name not in _STORE_COMMANDS):
+    if name not in _STORE_COMMANDS:
         return int(args.func(args))
     from prism.cli import remote
 

@@ -1,4 +1,5 @@
-"""What the CLI's command modules share: the consoles, tables and ``KEY=VALUE`` options."""
+"""What the CLI's command modules share: the consoles, tables, ``KEY=VALUE`` options,
+quantile lists and the printing of a forecast frame."""
 
 from __future__ import annotations
 
@@ -35,3 +36,29 @@ def table(frame: pd.DataFrame, title: str | None = None) -> Table:
         shown.add_row(*("" if pd.isna(v) else (f"{v:g}" if isinstance(v, float) else str(v))
                         for v in row))
     return shown
+
+
+def quantile_list(text: str) -> list[float]:
+    """``--quantiles 0.5,0.9,0.99`` as numbers.
+
+    Raises:
+        ConfigError: for anything but a comma-separated list of numbers.
+    """
+    try:
+        return [float(q) for q in text.split(",") if q.strip()]
+    except ValueError as exc:
+        raise ConfigError(f"--quantiles {text!r} is not a list of numbers such as "
+                          "0.5,0.9,0.99") from exc
+
+
+def print_forecast(frame: pd.DataFrame, output: str | None, *, source: str = "") -> None:
+    """Write a forecast frame to ``output`` (CSV, Parquet or JSON) and say so, or print it."""
+    from prism.usecases.files import write_frame
+
+    model = frame["model"].iloc[0]
+    if output:
+        path = write_frame(frame, output)
+        out.print(f"wrote {len(frame):,} rows ({frame['series_id'].nunique()} series, model "
+                  f"{model}) to {path}")
+    else:
+        out.print(table(frame, title=f"forecast ({model}{', from ' + source if source else ''})"))

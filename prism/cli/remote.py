@@ -15,11 +15,11 @@ import argparse
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 import pandas as pd
 
-from prism.cli.common import err, out, pairs, table
+from prism.cli.common import err, out, pairs, print_forecast, quantile_list, table
 from prism.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -43,7 +43,7 @@ def server_for(args: argparse.Namespace) -> ServerInfo | None:
     return info
 
 
-def refuse(args: argparse.Namespace, info: ServerInfo, what: str) -> int:
+def refuse(args: argparse.Namespace, info: ServerInfo, what: str) -> NoReturn:
     """Say why a command cannot run beside the server, and what to do instead."""
     raise ConfigError(
         f"`prism {what}` needs the store itself, and the server at {info.url} holds "
@@ -105,6 +105,7 @@ def run_ingest(args: argparse.Namespace, info: ServerInfo) -> int:
         raise ConfigError("--map and --option are not sent through the API yet; stop the "
                           "server to ingest with them")
     rows = rejected = 0
+    clusters: list[str] = []
     with _client(info) as client:
         for name in args.paths:
             path = Path(name)
@@ -117,15 +118,13 @@ def run_ingest(args: argparse.Namespace, info: ServerInfo) -> int:
                 f"{result.rows:,} rows" + (f", {result.rejected:,} rejected"
                                            if result.rejected else ""))
             out.print(f"{path}: {note}")
-            clusters = result.clusters
+            clusters = sorted({*clusters, *result.clusters})
     out.print(f"{rows:,} rows added, {rejected:,} rejected; "
               f"{', '.join(clusters) or 'no changed cluster'} (through {info.url})")
     return 0
 
 
 def run_forecast(args: argparse.Namespace, info: ServerInfo) -> int:
-    from prism.usecases.files import write_frame
-
     if args.all or not args.series_ids or args.save or args.from_model or args.reconcile:
         raise ConfigError(
             "through the server, `prism forecast` takes series ids and serves them from the "
@@ -134,15 +133,10 @@ def run_forecast(args: argparse.Namespace, info: ServerInfo) -> int:
     with _client(info) as client:
         forecasts = client.forecast_many(
             args.series_ids, horizon=args.horizon,
-            quantiles=[float(q) for q in args.quantiles.split(",")], model=args.model,
+            quantiles=quantile_list(args.quantiles), model=args.model,
             params=dict(pairs(args.param, "--param")))
-    frame = pd.concat([f.to_frame() for f in forecasts], ignore_index=True)
-    if args.output:
-        path = write_frame(frame, args.output)
-        out.print(f"wrote {len(frame):,} rows ({frame['series_id'].nunique()} series, model "
-                  f"{frame['model'].iloc[0]}) to {path}")
-    else:
-        out.print(table(frame, title=f"forecast ({frame['model'].iloc[0]}, from {info.url})"))
+    print_forecast(pd.concat([f.to_frame() for f in forecasts], ignore_index=True),
+                   args.output, source=info.url)
     return 0
 
 

@@ -153,8 +153,7 @@ class ModelJobs:
             model_id = self._routes.get((series_id, spec.key))
             loaded = self._models.get(model_id) if model_id else None
             if loaded is not None:
-                self._used[loaded.model_id] = None
-                self._used.move_to_end(loaded.model_id)
+                self._touch(loaded.model_id)
         if loaded is not None and loaded.synced.get(series_id) == state.watermark:
             return loaded
         return None
@@ -313,8 +312,7 @@ class ModelJobs:
             if replaces is not None and replaces != loaded.model_id:
                 self._models.pop(replaces, None)
                 self._used.pop(replaces, None)
-            self._used[loaded.model_id] = None
-            self._used.move_to_end(loaded.model_id)
+            self._touch(loaded.model_id)
             while len(self._models) > self._max_models:
                 oldest = next(iter(self._used))
                 self._used.pop(oldest)
@@ -322,6 +320,11 @@ class ModelJobs:
                     self._routes = {r: m for r, m in self._routes.items() if m != oldest}
                     logger.info("model %s left memory (more than %d loaded); it reloads "
                                 "from the registry when asked", oldest, self._max_models)
+
+    def _touch(self, model_id: str) -> None:
+        """Mark a model as just used (call with the lock held)."""
+        self._used[model_id] = None
+        self._used.move_to_end(model_id)
 
     def _save(self, forecaster: BaseForecaster) -> str:
         try:
