@@ -20,7 +20,10 @@ the errors of the latest third of the calibration origins check the tail's bands
 regime weighs twice): per horizon group (up to 1 h, 6 h, 1 d, beyond) and per series (so a
 series is calibrated the same in any batch), the factor by which the central 90 % band would
 have to stretch (or could shrink) around the median to hold 90 % of those origins' errors
-scales every level's offset from the median (clipped to 0.5-4; :func:`calibrate`). On a
+scales every level's offset from the median (clipped to 0.5-4; :func:`calibrate`). Those
+origins' errors overlap more the further ahead they look, so the stretch is taken at split
+conformal's finite-sample level for the number of independent windows they hold
+(:func:`drift_level`: 0.90 an hour ahead, about 0.93 a day ahead). On a
 synthetic panel whose volatility triples four days before the backtest, the 90 % bands cover
 88-92 % with it (``tests/forecasters/test_stacking.py``).
 
@@ -124,9 +127,41 @@ def calibrate(history: FloatArray, ends: IntArray, mean: FloatArray, quantiles: 
     if not native_levels:
         for g, need in enumerate(_spread_needs(history, ends, mean, freq_s)):
             if len(need) >= MIN_BLOCK_RESIDUALS:
-                factors[g] = float(np.clip(np.quantile(need, TRACKED_LEVEL), *_DRIFT_CLIP))
+                # a zero-width band that misses needs an infinite stretch: cap it above the
+                # clip, or a quantile between two infinities is NaN (and so was every band)
+                need = np.minimum(need, 2 * _DRIFT_CLIP[1])
+                level = drift_level(_late_span(ends), _group_steps(g, freq_s, mean.shape[1]))
+                factors[g] = float(np.clip(np.quantile(need, level), *_DRIFT_CLIP))
         calibration = _rescaled(calibration, factors, freq_s)
     return calibration, factors
+
+
+def drift_level(span: float, horizon: float) -> float:
+    """The level at which the drift correction takes its stretches, for ``TRACKED_LEVEL``.
+
+    The late origins' errors at ``horizon`` steps ahead overlap: origins ``span`` steps
+    apart hold about ``n = span / horizon`` independent windows (at least 1). A band fitted
+    to cover ``TRACKED_LEVEL`` of ``n`` exchangeable errors covers less of the next one;
+    split conformal prediction's finite-sample level ``1 - alpha * n / (n + 1)`` corrects
+    it: 0.90 an hour ahead on a week of 10-min origins, 0.93 a day ahead. Measured on the
+    accuracy benchmark's panels (naive's bands, 28 cutoffs each), it brings the day-ahead
+    coverage from 0.845-0.901 to 0.861-0.931.
+    """
+    n = max(span / max(horizon, 1.0), 1.0)
+    return 1.0 - (1.0 - TRACKED_LEVEL) * n / (n + 1.0)
+
+
+def _late_span(ends: IntArray) -> float:
+    """Steps between the first late calibration origin (the drift check's) and the last."""
+    split = min(int(len(ends) * _DRIFT_SPLIT), len(ends) - 1)
+    return float(max(ends[-1] - ends[split], 1)) if len(ends) else 1.0
+
+
+def _group_steps(group: int, freq_s: int, steps: int) -> float:
+    """The steps ahead at the far edge of a drift group (the last group: the forecast's)."""
+    if group < len(_DRIFT_GROUPS_S):
+        return min(_DRIFT_GROUPS_S[group] / freq_s, float(steps))
+    return float(steps)
 
 
 def calibration_offsets(history: FloatArray, ends: IntArray, mean: FloatArray,

@@ -510,7 +510,8 @@ def test_summarize_windows_counts_catastrophes_and_pools_wape() -> None:
     w["crps"] = 0.5
     out = summarize_windows(w, n_boot=100).set_index("model")
     assert list(out.columns) == ["avg_rel_mae", "lo", "hi", "mase", "wape", "crps",
-                                 "coverage_90", "width_90", "catastrophes", "windows"]
+                                 "coverage_90", "coverage_lo", "coverage_hi", "width_90",
+                                 "catastrophes", "windows"]
     assert out.loc["m", "catastrophes"] == 0.25
     assert out.loc["naive", "catastrophes"] == 0.0
     pooled = (3.0 + 1.5 + 4.0 + 1.0) / (10.0 + 1.0 + 10.0 + 10.0)
@@ -518,7 +519,25 @@ def test_summarize_windows_counts_catastrophes_and_pools_wape() -> None:
     assert out.loc["m", "wape"] == pytest.approx(pooled)
     assert out.loc["m", "wape"] != pytest.approx(mean_of_windows)
     assert out.loc["m", "mase"] == 2.0
-    assert out.loc["m", ["coverage_90", "width_90"]].isna().all()
+    assert out.loc["m", ["coverage_90", "width_90", "coverage_lo", "coverage_hi"]].isna().all()
+
+
+def test_coverage_interval_is_a_block_bootstrap_over_cutoffs() -> None:
+    # cutoff 0 covers everything on both series, cutoff 6 nothing: the cutoffs, not the 4
+    # windows, are the independent draws, so the interval spans most of [0, 1]
+    w = windows_frame([
+        ("naive", "a", 0, 1.0, 10.0), ("naive", "b", 0, 1.0, 10.0),
+        ("naive", "a", 6, 1.0, 10.0), ("naive", "b", 6, 1.0, 10.0),
+    ])
+    w["coverage_90"] = [1.0, 1.0, 0.0, 0.0]
+    out = summarize_windows(w, n_boot=400).set_index("model")
+    assert out.loc["naive", "coverage_90"] == 0.5
+    assert out.loc["naive", "coverage_lo"] == 0.0
+    assert out.loc["naive", "coverage_hi"] == 1.0
+    w["coverage_90"] = 0.9  # no spread: a zero-width interval at the value
+    out = summarize_windows(w, n_boot=50).set_index("model")
+    assert out.loc["naive", "coverage_lo"] == pytest.approx(0.9)
+    assert out.loc["naive", "coverage_hi"] == pytest.approx(0.9)
 
 
 def test_panel_summary_of_a_backtest_has_the_relative_width_and_coverage() -> None:

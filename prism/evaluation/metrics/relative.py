@@ -198,7 +198,8 @@ def summarize_windows(
 
     - ``avg_rel_mae``, ``lo``, ``hi``, ``windows``: :func:`avg_rel_mae`;
     - ``mase``, ``crps``, ``coverage_90``: means over the model's windows (``coverage_90`` is
-      ``NaN`` when the frame has no ``p5``/``p95``);
+      ``NaN`` when the frame has no ``p5``/``p95``); ``coverage_lo``, ``coverage_hi``: the
+      coverage's block-bootstrap interval over cutoffs;
     - ``wape``: pooled, the total absolute error over the total actual of all windows
       (``sum n * mae / sum n * mean_abs_actual``), not a mean of window WAPEs;
     - ``width_90``: the mean width of the 90 % interval (``p95 - p5``) over the mean
@@ -215,8 +216,8 @@ def summarize_windows(
         random_state: seed of the draws.
 
     Returns:
-        ``model, avg_rel_mae, lo, hi, mase, wape, crps, coverage_90, width_90, catastrophes,
-        windows`` in the frame's model order.
+        ``model, avg_rel_mae, lo, hi, mase, wape, crps, coverage_90, coverage_lo,
+        coverage_hi, width_90, catastrophes, windows`` in the frame's model order.
 
     Raises:
         DataContractError: as :func:`relative_mae`.
@@ -239,9 +240,38 @@ def summarize_windows(
     else:
         out["width_90"] = np.nan
     out["catastrophes"] = (rel[REL_MAE] > CATASTROPHE).groupby(rel[MODEL], sort=False).mean()
-    cols = ["avg_rel_mae", "lo", "hi", "mase", "wape", "crps", "coverage_90", "width_90",
-            "catastrophes", "windows"]
+    out[["coverage_lo", "coverage_hi"]] = _coverage_intervals(
+        windows, models, n_boot=n_boot, level=level, random_state=random_state)
+    cols = ["avg_rel_mae", "lo", "hi", "mase", "wape", "crps", "coverage_90", "coverage_lo",
+            "coverage_hi", "width_90", "catastrophes", "windows"]
     return out[cols].reset_index()
+
+
+def _coverage_intervals(windows: pd.DataFrame, models: list[str], *, n_boot: int,
+                        level: float, random_state: int | None) -> FloatArray:
+    """``(len(models), 2)``: each model's mean 90 % coverage's block-bootstrap interval
+    over cutoffs (as :func:`avg_rel_mae`'s: whole cutoffs drawn with replacement), so that
+    a coverage off 0.90 can be told from the noise of a few correlated windows."""
+    out = np.full((len(models), 2), np.nan)
+    if "coverage_90" not in windows.columns or windows.empty:
+        return out
+    blocks, cutoffs = pd.factorize(windows[CUTOFF], sort=True)
+    k = len(cutoffs)
+    counts = np.random.default_rng(random_state).multinomial(
+        k, np.full(k, 1.0 / k), size=n_boot)
+    values = windows["coverage_90"].to_numpy(np.float64)
+    by_model = windows.groupby(MODEL, sort=False).indices
+    for i, name in enumerate(models):
+        idx = by_model.get(name, np.array([], dtype=np.int64))
+        idx = idx[np.isfinite(values[idx])]
+        if idx.size == 0:
+            continue
+        sums = np.bincount(blocks[idx], weights=values[idx], minlength=k)
+        sizes = np.bincount(blocks[idx], minlength=k).astype(np.float64)
+        num, den = counts @ sums, counts @ sizes
+        reps = np.divide(num, den, out=np.full(n_boot, np.nan), where=den > 0)
+        out[i] = np.nanquantile(reps, [(1 - level) / 2, (1 + level) / 2])
+    return out
 
 
 def panel_summary(
@@ -266,8 +296,8 @@ def panel_summary(
         random_state: seed of the draws.
 
     Returns:
-        ``model, avg_rel_mae, lo, hi, mase, wape, crps, coverage_90, width_90, catastrophes,
-        windows`` (see :func:`summarize_windows`).
+        ``model, avg_rel_mae, lo, hi, mase, wape, crps, coverage_90, coverage_lo,
+        coverage_hi, width_90, catastrophes, windows`` (see :func:`summarize_windows`).
 
     Raises:
         DataContractError: as :func:`evaluate` and :func:`relative_mae` (no baseline).
