@@ -9,7 +9,8 @@ One pod becomes one canonical job: ``job_id=name``, ``scope=qos`` (the trace has
 ``gpu_type=gpu_spec``, submit/start/end = creation/scheduled/deletion time, ``status=pod_phase``.
 A pod holds ``num_gpu`` GPUs, or ``gpu_milli / 1000`` of one GPU when ``num_gpu == 1`` (GPU
 sharing), from ``scheduled_time`` to ``deletion_time``. Pods without a ``scheduled_time``
-(Pending) never hold GPUs; they count as pending until deleted.
+(Pending) never hold GPUs; they count as pending until deleted. Resource requests (``num_gpu``,
+``gpu_milli``, ``cpu_milli``, ``memory_mib``) must be >= 0.
 
 Observation window: every deletion falls between about 9.96M and 12.90M s while creation times go
 back to 0 (long-running pods), so the series start at ``--option window_start=SECONDS`` (default
@@ -79,10 +80,14 @@ class AlibabaPodsAdapter(Adapter):
         frame = read_table(path, required=_REQUIRED, column_types=_TYPES)
         checker = RowChecker(path, frame, options.on_error)
         num = {}
-        for col in ("num_gpu", "gpu_milli", "cpu_milli"):
+        for col in ("num_gpu", "gpu_milli", "cpu_milli", "memory_mib"):
             if col in frame.columns:
                 num[col], bad = parse_numbers(frame[col])
                 checker.check(bad, col, f"{col} is not a number", "write a plain number")
+                if col != "num_gpu":  # a negative num_gpu fails check_jobs' num_gpus check
+                    checker.check((num[col] < 0).to_numpy(dtype=bool, na_value=False), col,
+                                  f"{col} is negative (valid range: >= 0)",
+                                  f"{col} is a resource request: write a value >= 0")
         times = {}
         for col in ("creation_time", "scheduled_time", "deletion_time"):
             times[col], bad = parse_times(frame[col], unit="s", origin=origin)

@@ -13,10 +13,10 @@ from __future__ import annotations
 import gzip
 import io
 import zlib
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 import numpy as np
 import pandas as pd
@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 
 from prism.errors import ConfigError, IngestError
 from prism.ingest.timeparse import check_tz, locate_malformed_row, parse_local_times
-from prism.schema import EARLIEST_TS, JOB_COLUMNS, LATEST_TS, FileScan
+from prism.schema import EARLIEST_TS, JOB_COLUMNS, LATEST_TS, FileScan, metric_info
 
 Kind = Literal["jobs", "samples", "capacity"]
 LINE = "_line"
@@ -143,18 +143,26 @@ class Adapter:
     description: str = ""
     #: The ``--option KEY=VALUE`` keys the format reads (anything else is refused by name).
     option_keys: tuple[str, ...] = ()
+    #: The values allowed for the option keys that take one of a fixed set.
+    option_choices: ClassVar[Mapping[str, tuple[str, ...]]] = {}
 
     def check_options(self, options: IngestOptions) -> None:
         """Refuse ``--option`` keys this format does not read, and values it cannot use.
 
         Raises:
-            ConfigError: naming the key and the keys the format takes.
+            ConfigError: naming the key and the keys the format takes, or the bad value and
+                the values the key takes.
         """
         unknown = sorted(set(options.extra) - set(self.option_keys))
         if unknown:
             takes = ", ".join(self.option_keys) or "none"
             raise ConfigError(f"--option {', '.join(unknown)}: {self.name} does not read "
                               f"{'it' if len(unknown) == 1 else 'them'} (its options: {takes})")
+        for key, allowed in self.option_choices.items():
+            value = options.extra.get(key)
+            if value is not None and value not in allowed:
+                raise ConfigError(f"--option {key}={value!r}: {self.name} takes "
+                                  + " or ".join(f"{key}={v}" for v in allowed))
         unit = options.extra.get("time_unit")
         if unit is not None and unit not in ("s", "ms"):
             raise ConfigError(f"--option time_unit={unit!r}: write time_unit=s or time_unit=ms "
@@ -475,7 +483,7 @@ class RowChecker:
             self._first_line = first
             value = ""
             if column is not None and column in self.frame.columns:
-                value = str(self.frame[column].to_numpy()[mask][int(np.argmin(lines))])
+                value = _shown(self.frame[column].to_numpy()[mask][int(np.argmin(lines))])
             shown = f" (value {value!r})" if value else ""
             self._first = IngestError(
                 f"{reason}{shown}; {int(mask.sum())} row(s) in all",
@@ -491,6 +499,11 @@ class RowChecker:
         )
         self._bad |= mask
 
+    @property
+    def failed(self) -> np.ndarray:
+        """Which rows failed a check so far (a copy)."""
+        return self._bad.copy()
+
     def finish(self) -> tuple[pd.DataFrame, list[Reject]]:
         """The good rows, and the rejects (sorted by line).
 
@@ -501,6 +514,13 @@ class RowChecker:
             raise self._first
         good = self.frame[~self._bad] if self._bad.any() else self.frame
         return good.reset_index(drop=True), sorted(self.rejects, key=lambda r: r.line or 0)
+
+
+def _shown(value: object) -> str:
+    """A value as the file most likely wrote it (a typed read makes ``-6000`` a float)."""
+    if isinstance(value, float | np.floating) and np.isfinite(value) and float(value).is_integer():
+        return str(int(value))
+    return str(value)
 
 
 def parse_times(
@@ -613,6 +633,48 @@ def check_jobs(checker: RowChecker, frame: pd.DataFrame) -> None:
                   "start time is before submit time", "check the row's submit and start times")
     checker.check((end < submit).fillna(False).to_numpy() & start.isna().to_numpy(), "end_ts",
                   "end time is before submit time", "check the row's submit and end times")
+
+
+def value_range(metric: str) -> tuple[float, float] | None:
+    """The values a sample of ``metric`` can take, from its unit in ``prism.schema``.
+
+    Returns:
+        ``(0, 1)`` for ratios (``gpu_util``), ``(0, inf)`` for quantities (GPUs, jobs, nodes,
+        ``*_count`` counters), ``None`` for metrics with no known unit (anything goes).
+    """
+    unit = metric_info(metric).unit
+    if unit == "ratio":
+        return 0.0, 1.0
+    return (0.0, np.inf) if unit else None
+
+
+def check_range(checker: RowChecker, values: np.ndarray, column: str, metric: str,
+                rows: np.ndarray | None = None) -> None:
+    """Mark the rows whose ``values`` of ``metric`` are outside :func:`value_range`.
+
+    Args:
+        checker: the file's checker (its frame holds ``column``, so the value is shown).
+        values: the parsed numbers (NaN, an empty cell, passes).
+        column: the file column the values come from.
+        metric: the metric they are samples of.
+        rows: which rows hold ``metric`` (default all), for files of several metrics.
+    """
+    bounds = value_range(metric)
+    if bounds is None:
+        return
+    low, high = bounds
+    inside = rows if rows is not None else np.ones(len(values), dtype=bool)
+    with np.errstate(invalid="ignore"):
+        if np.isinf(high):
+            unit = metric_info(metric).unit
+            checker.check(inside & (values < low), column,
+                          f"{metric} is negative (valid range: >= 0)",
+                          f"{metric} ({unit}) cannot be negative: write a value >= 0")
+        else:
+            checker.check(inside & ((values < low) | (values > high)), column,
+                          f"{metric} is outside its valid range {low:g}..{high:g}",
+                          f"{metric} is a ratio: write values from {low:g} to {high:g} "
+                          "(divide percentages by 100)")
 
 
 def reject_unknown_columns(

@@ -2,7 +2,8 @@
 
 Columns ``cluster, scope, gpus`` (what ``prism generate`` writes as ``capacity.csv``), optional
 ``gpu_type`` and ``valid_from`` (capacity from that time on; empty = always). Scope ``all`` is the
-cluster total.
+cluster total. One row per ``cluster, scope, gpu_type, valid_from``: a repeated key is refused,
+naming both rows.
 """
 
 from __future__ import annotations
@@ -66,5 +67,33 @@ class CapacityCsvAdapter(Adapter):
                       "fill the cluster column or pass --cluster")
         checker.check(out["scope"].isna().to_numpy(), "scope", "scope is empty",
                       "use 'all' for the cluster total")
+        _check_repeats(checker, out)
         good, rejects = checker.finish()
         return Batch(kind="capacity", frame=good, source=self.name, rejects=rejects)
+
+
+#: What one capacity row is about: the planner takes one row per key (``Store.capacity_at``).
+_KEY = ("cluster", "scope", "gpu_type", "valid_from")
+
+
+def _check_repeats(checker: RowChecker, out: pd.DataFrame) -> None:
+    """Mark each row whose key an earlier row of the file has, naming that row: which of two
+    values is the capacity would otherwise be left to chance. Rows that failed another check
+    take no part."""
+    ok = ~checker.failed
+    keys = out.loc[ok, list(_KEY)].astype(object)
+    keys = keys.where(keys.notna(), "").astype(str)  # empty gpu_types (valid_froms) match
+    repeated = keys.duplicated(keep="first").to_numpy()
+    if not repeated.any():
+        return
+    lines = out.loc[ok, LINE].to_numpy()
+    first = pd.Series(lines, index=keys.index).groupby(
+        [keys[c] for c in _KEY], sort=False).transform("min").to_numpy()
+    for line in sorted(set(first[repeated].tolist())):
+        bad = np.zeros(len(out), dtype=bool)
+        bad[np.flatnonzero(ok)[repeated & (first == line)]] = True
+        checker.check(bad, "scope",
+                      f"this row repeats line {line}: same cluster, scope, gpu_type and "
+                      "valid_from",
+                      "keep one row per cluster, scope, gpu_type and valid_from (add the "
+                      "GPUs up, or give the later one its own valid_from)")

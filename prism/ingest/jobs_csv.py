@@ -6,14 +6,17 @@ writes), or others mapped onto them with ``--map job_id=JobId --map submit_ts=qu
 Required: ``job_id``, ``num_gpus``, ``submit_ts``; ``cluster`` unless ``--cluster`` names it.
 Times are ISO 8601 (a zone suffix is honoured, naive times are in ``--tz``, default UTC) or, with
 ``--option time_unit=s`` (or ``ms``), numbers since the Unix epoch. An empty ``start_ts`` means
-the job never started (queued at trace end); an empty ``end_ts`` means still running.
+the job never started (queued at trace end); an empty ``end_ts`` means still running. A file
+without an ``end_ts`` column is refused (every job would count as running for ever) unless
+``--option open_jobs=running`` says that is what it means.
 Columns the format does not know fail the ingest (a typo would otherwise be dropped silently);
 list columns to drop with ``--option ignore=col1,col2``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import logging
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -40,6 +43,8 @@ from prism.ingest.base import (
     stream_arrow,
 )
 from prism.schema import EARLIEST_TS, JOB_COLUMNS, LATEST_TS, FileScan, ScanType
+
+logger = logging.getLogger(__name__)
 
 _FIELDS = tuple(c for c in JOB_COLUMNS if c != "source")
 _TYPES: dict[str, pa.DataType] = {
@@ -82,7 +87,8 @@ class JobsCsvAdapter(Adapter):
     name = "jobs-csv"
     kind = "jobs"
     description = "one row per job: job_id, cluster, scope, gpu_type, num_gpus, times, status"
-    option_keys = ("time_unit", "ignore")
+    option_keys = ("time_unit", "ignore", "open_jobs")
+    option_choices = {"open_jobs": ("running",)}
 
     def read(self, path: Path, options: IngestOptions) -> Batch:
         """Read a job CSV/Parquet file; see the module docstring for the columns."""
@@ -113,6 +119,10 @@ class JobsCsvAdapter(Adapter):
             fix="rename it to a canonical column, map it with --map FIELD=COLUMN, or drop it "
             "with --option ignore=COLUMN",
         )
+        if not _has_end_column(path, list(frame.columns), columns, options):
+            logger.warning("%s: no end time column %r (--option open_jobs=running): every "
+                           "job counts as running from its start to the end of the trace, so "
+                           "GPUs in use include jobs that have ended", path, columns["end_ts"])
         checker = RowChecker(path, frame, options.on_error)
         out: dict[str, pd.Series | object] = {"source": self.name}
         for field in ("submit_ts", "start_ts", "end_ts"):
@@ -159,6 +169,8 @@ class JobsCsvAdapter(Adapter):
         columns = mapped_columns(options, _FIELDS)
         if len(set(names)) != len(names) or not _fast_columns(names, columns, options):
             return None  # the checked path names the column problem
+        if not _has_end_column(path, names, columns, options):
+            return None  # open_jobs=running: the checked path warns, once
         fields = {f: names.index(c) for f, c in columns.items() if c in names
                   and not (f == "cluster" and options.cluster is not None)}
         types: list[ScanType] = []
@@ -189,6 +201,8 @@ class JobsCsvAdapter(Adapter):
         names, chunks = opened
         if not _fast_columns(names, columns, options):
             return None  # the slow path reports the column problem
+        if not _has_end_column(path, names, columns, options):
+            return None  # open_jobs=running: the slow path warns, once
 
         def canonical() -> Iterator[pa.Table]:
             for table in chunks:
@@ -213,6 +227,31 @@ class JobsCsvAdapter(Adapter):
             else:
                 arrays[field] = pa.nulls(n, type=_TYPES[field])
         return pa.table(arrays)
+
+
+def _has_end_column(
+    path: Path, names: Sequence[str], columns: dict[str, str], options: IngestOptions
+) -> bool:
+    """Whether the file has its end time column; a file without one is refused unless
+    ``--option open_jobs=running`` says that every job counts as running to the trace end
+    (such a file takes the checked reader, which warns).
+
+    Raises:
+        IngestError: naming the file, the missing column and the two fixes.
+    """
+    column = columns["end_ts"]
+    if column in names:
+        return True
+    if options.extra.get("open_jobs") == "running":
+        return False
+    raise IngestError(
+        f"no end time column {column!r}: every job would count as running for ever, "
+        "inflating GPUs in use", path=str(path),
+        line=None if path.suffix in (".parquet", ".pq") else 1, column=column,
+        fix=f"add the column {column!r} (empty for a job still running) or map yours with "
+        "--map end_ts=COLUMN, or pass --option open_jobs=running to count every job as "
+        "running until the end of the trace",
+    )
 
 
 def _ignored(options: IngestOptions) -> list[str]:

@@ -2,6 +2,8 @@
 
 Columns can be mapped: ``--map series_id=name --map ts=time --map value=v``. Series ids have
 the form ``cluster/scope/metric``; the cluster is their first part. CSV, ``.csv.gz`` or Parquet.
+Values must fit their metric (``prism.schema.METRICS``): counts of GPUs, jobs or nodes are
+>= 0, ratios such as ``gpu_util`` are 0..1; metrics PRISM does not know take any number.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from prism.ingest.base import (
     Batch,
     IngestOptions,
     RowChecker,
+    check_range,
     parse_numbers,
     parse_times,
     read_table,
@@ -56,6 +59,11 @@ class LongCsvAdapter(Adapter):
         values, bad = parse_numbers(frame[columns["value"]])
         checker.check(bad | np.isnan(values.to_numpy()), columns["value"],
                       "value is missing or not a number", "write plain numbers")
+        metrics = ids.str.rsplit("/", n=1).str[-1].where(valid)
+        numbers = values.to_numpy(dtype="float64", na_value=np.nan)
+        for metric in metrics.dropna().unique():
+            check_range(checker, numbers, columns["value"], str(metric),
+                        rows=(metrics == metric).fillna(False).to_numpy(dtype=bool))
         good, rejects = checker.finish()
         keep = frame[LINE].isin(good[LINE]).to_numpy()
         sid = ids[keep].astype(object).to_numpy()

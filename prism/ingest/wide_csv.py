@@ -4,6 +4,8 @@
 column becomes the series ``NAME/S/<column>`` (``S`` defaults to ``all``), resampled at
 derivation with the metric's aggregation (mean for gauges, sum for ``*_submitted`` counts).
 CSV, ``.csv.gz`` or Parquet. Empty cells are gaps (filled by the derivation's fill policy).
+Values must fit their metric (``prism.schema.METRICS``): counts of GPUs, jobs or nodes are
+>= 0, ratios such as ``gpu_util`` are 0..1; metrics PRISM does not know take any number.
 """
 
 from __future__ import annotations
@@ -21,12 +23,13 @@ from prism.ingest.base import (
     Batch,
     IngestOptions,
     RowChecker,
+    check_range,
     parse_numbers,
     parse_times,
     read_table,
     register,
 )
-from prism.schema import ALL_SCOPE, make_series_id
+from prism.schema import ALL_SCOPE, make_series_id, split_series_id
 
 
 def samples_from_columns(
@@ -40,6 +43,9 @@ def samples_from_columns(
     derived: dict[str, tuple[str, ...]] | None = None,
 ) -> tuple[pd.DataFrame, list]:
     """Turn wide columns into long samples rows.
+
+    A value outside the range of its series' metric (a negative GPU count, a ratio above 1)
+    is a bad row, like a value that is not a number.
 
     Args:
         path: the file (for messages).
@@ -64,6 +70,8 @@ def samples_from_columns(
     for column in series:
         numbers, bad = parse_numbers(frame[column])
         checker.check(bad, column, "value is not a number", "write plain numbers")
+        check_range(checker, numbers.to_numpy(dtype="float64", na_value=np.nan), column,
+                    split_series_id(series[column])[2])
         values[column] = numbers
     good_rows, rejects = checker.finish()
     keep = frame[LINE].isin(good_rows[LINE]).to_numpy()
