@@ -140,12 +140,7 @@ class Store:
                 config["memory_limit"] = limit
             conn = duckdb.connect(target, read_only=read_only, config=config)
         except duckdb.Error as exc:
-            fix = ("close the other process using it (with `prism serve` running, the CLI "
-                   "goes through its API)" if "lock" in str(exc).lower()
-                   else "pass a DuckDB store or a new path")
-            raise ConfigError(
-                f"cannot open store {target!r}: {exc}. Fix: {fix}, or pass another --db / "
-                "PRISM_DB") from exc
+            raise _open_error(target, exc) from exc
         return cls(conn, init_schema=not read_only)
 
     def cursor(self) -> Store:
@@ -363,13 +358,9 @@ class Store:
             "; `prism series list` shows the series there are")
         raise SeriesNotFound(f"series {missing[0]!r} is not in the store{hint}")
 
-    def load_panel(
-        self,
-        series_ids: Sequence[str] | None = None,
-        *,
-        start: pd.Timestamp | None = None,
-        end: pd.Timestamp | None = None,
-    ) -> pd.DataFrame:
+    def load_panel(self, series_ids: Sequence[str] | None = None, *,
+                   start: pd.Timestamp | None = None, end: pd.Timestamp | None = None,
+                   ) -> pd.DataFrame:
         """Return the panel (``series_id, ts, value``) of the named series, or of all series.
 
         Raises:
@@ -444,8 +435,7 @@ class Store:
         if not rows:
             return 0
         frame = pd.DataFrame(list(rows), columns=["series_id", "model", "model_version",
-                                                  "watermark", "horizon_steps", "quantiles",
-                                                  "payload"])
+                             "watermark", "horizon_steps", "quantiles", "payload"])
         view = f"_prism_cache_{threading.get_ident()}"
         with self._lock:
             self._settle()
@@ -500,8 +490,7 @@ class Store:
                                                   ORDER BY ts DESC, scored_at DESC) AS rn
                      FROM forecast_errors)
                WHERE rn <= ? GROUP BY series_id, model ORDER BY series_id, model""",
-            [int(window)],
-        )
+            [int(window)])
 
     def capacity_at(self, cluster: str, scope: str, at: pd.Timestamp | None) -> float | None:
         """GPUs installed in a scope at time ``at`` (the latest row per GPU type in force).
@@ -519,9 +508,7 @@ class Store:
                                                        ingest_id DESC) = 1)""",
             [cluster, scope, at, at],
         )
-        if row is None or not row[1]:
-            return None
-        return float(row[0])
+        return None if row is None or not row[1] else float(row[0])
 
     # -- evaluations (the capacity report) ------------------------------------------------------
     def save_evaluation(self, kind: str, table: pd.DataFrame, params: str = "{}") -> str:
@@ -616,26 +603,20 @@ class Store:
         """Mark a batch run ``done``, ``failed`` or ``interrupted``."""
         self.execute(
             """UPDATE batch_runs SET status = ?, seconds = ?, finished_at = now()::TIMESTAMP
-               WHERE run_id = ?""",
-            [status, seconds, run_id],
-        )
+               WHERE run_id = ?""", [status, seconds, run_id])
 
     def batch_runs(self, run_id: str | None = None) -> pd.DataFrame:
         """The batch runs (or one of them), newest first."""
         return self.fetch_df(
             """SELECT * FROM batch_runs WHERE (?::VARCHAR IS NULL OR run_id = ?)
-               ORDER BY started_at DESC, run_id""",
-            [run_id, run_id],
-        )
+               ORDER BY started_at DESC, run_id""", [run_id, run_id])
 
     def batch_series(self, run_id: str) -> pd.DataFrame:
         """Per-series outcomes of a run: ``series_id, status, fallback_reason, seconds,
         n_rows``, sorted by series."""
         return self.fetch_df(
             """SELECT series_id, status, fallback_reason, seconds, n_rows FROM batch_series
-               WHERE run_id = ? ORDER BY series_id""",
-            [run_id],
-        )
+               WHERE run_id = ? ORDER BY series_id""", [run_id])
 
     def iter_batch_forecasts(self, run_id: str, *, rows: int = 200_000) -> Iterator[pa.Table]:
         """The forecasts of a run in order (series, cutoff, ts), ``rows`` at a time (Arrow).
@@ -774,6 +755,20 @@ _INSERTABLE = {"jobs", "samples", "capacity", "rejects", "series_values", "serie
 #: Extensions of data files that DuckDB would open as a throw-away database with the file
 #: attached as a view (an ingest into it would be lost).
 _DATA_SUFFIXES = {".csv", ".tsv", ".txt", ".parquet", ".json", ".jsonl", ".gz", ".zip", ".xlsx"}
+
+
+def _open_error(target: str, exc: duckdb.Error) -> ConfigError:
+    """Tell a lock held by another process from a file that is not a store DuckDB can read."""
+    text = (str(exc) or type(exc).__name__).splitlines()[0]
+    what, fix = ("not a PRISM/DuckDB store, or a damaged one", "pass the store's file (a "
+                 "damaged one cannot be repaired: restore a copy, or ingest again into a new --db)")
+    if "Could not set lock" in text or "Conflicting lock" in text:
+        what, fix = "another process holds it", ("close that process (with `prism serve` "
+                                                  "running, the CLI goes through its API)")
+    elif "version number" in text:
+        what, fix = "another DuckDB version wrote it", "open it with the PRISM that wrote it"
+    return ConfigError(f"cannot open store {target!r}: {what} ({text}). Fix: {fix}, or pass "
+                       "another --db / PRISM_DB")
 
 
 def _check_store_file(path: Path) -> None:

@@ -222,6 +222,7 @@ class AlibabaPaiAdapter(Adapter):
     """Alibaba PAI v2020 task table (optionally joined with the job table)."""
 
     name = "alibaba-pai"
+    time_columns = {"start_ts": "start_time", "end_ts": "end_time"}
     kind = "jobs"
     description = ("Alibaba cluster-trace-gpu-v2020 pai_task_table.csv (header-less; "
                    "--option job_table=pai_job_table.csv for submit times and users)")

@@ -27,12 +27,14 @@ import pyarrow as pa
 
 from prism.errors import ConfigError
 from prism.ingest.base import (
+    JOB_YEARS,
     LINE,
     Adapter,
     Batch,
     IngestOptions,
     RowChecker,
     check_jobs,
+    check_times,
     job_frame,
     parse_numbers,
     parse_times,
@@ -63,6 +65,8 @@ class AlibabaPodsAdapter(Adapter):
     """Alibaba GPU v2023 pod list."""
 
     name = "alibaba-pods"
+    time_columns = {"submit_ts": "creation_time", "start_ts": "scheduled_time",
+                    "end_ts": "deletion_time"}
     kind = "jobs"
     description = "Alibaba cluster-trace-gpu-v2023 pod list (fractional shared GPUs)"
     option_keys = ("window_start",)
@@ -91,8 +95,9 @@ class AlibabaPodsAdapter(Adapter):
         times = {}
         for col in ("creation_time", "scheduled_time", "deletion_time"):
             times[col], bad = parse_times(frame[col], unit="s", origin=origin)
-            checker.check(bad, col, f"{col} is not a number of seconds",
-                          "write seconds since the trace origin")
+            check_times(checker, frame[col], bad, col, col, "write seconds since the trace "
+                        "origin", years=JOB_YEARS, numeric=True,
+                        reason=f"{col} is not a number of seconds")
         gpus = pod_gpus(num["num_gpu"].to_numpy(), num["gpu_milli"].to_numpy())
         gpu_milli = num["gpu_milli"].to_numpy()
         checker.check((num["num_gpu"].to_numpy() == 1) & ((gpu_milli < 0) | (gpu_milli > 1000)),

@@ -26,7 +26,13 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from prism.errors import ConfigError, IngestError
-from prism.ingest.timeparse import check_tz, locate_malformed_row, parse_local_times
+from prism.ingest.timeparse import (
+    STORABLE_YEARS,
+    check_tz,
+    locate_malformed_row,
+    out_of_range,
+    parse_local_times,
+)
 from prism.schema import EARLIEST_TS, JOB_COLUMNS, LATEST_TS, FileScan, metric_info
 
 Kind = Literal["jobs", "samples", "capacity"]
@@ -145,6 +151,15 @@ class Adapter:
     option_keys: tuple[str, ...] = ()
     #: The values allowed for the option keys that take one of a fixed set.
     option_choices: ClassVar[Mapping[str, tuple[str, ...]]] = {}
+    #: Canonical time field -> the file's column, where the format names it otherwise.
+    time_columns: ClassVar[Mapping[str, str]] = {}
+
+    def file_column(self, field: str, options: IngestOptions) -> str:
+        """The file's column a canonical field comes from (``--map``, ``--time-col``), for
+        errors found after the rows were stored."""
+        if field == "ts" and options.time_col:
+            return options.time_col
+        return options.mapping.get(field) or self.time_columns.get(field, field)
 
     def check_options(self, options: IngestOptions) -> None:
         """Refuse ``--option`` keys this format does not read, and values it cannot use.
@@ -457,10 +472,35 @@ def _line_of_arrow_error(message: str) -> int | None:
 
 
 # -- row checks ----------------------------------------------------------------------------
-class RowChecker:
-    """Collects bad rows (vectorised) and either fails at the first or rejects them all.
+#: In fail mode, how many distinct problems (checks that fail) an error lists, each with the
+#: first line that has it, so that one run shows what to fix rather than only the first thing.
+MAX_PROBLEMS = 5
 
-    Use :meth:`check` for each rule, then :meth:`finish` to get the good rows.
+
+@dataclass(frozen=True)
+class _Problem:
+    """One check that failed: the first line failing it, the value there, and how many rows."""
+
+    line: int
+    column: str | None
+    reason: str
+    value: str
+    rows: int
+    fix: str
+
+    def where(self) -> str:
+        return f"line {self.line}" + (f", column '{self.column}'" if self.column else "")
+
+    def what(self) -> str:
+        return self.reason + (f" (value {self.value!r})" if self.value else "")
+
+
+class RowChecker:
+    """Collects bad rows (vectorised) and either fails or rejects them all.
+
+    Use :meth:`check` for each rule, then :meth:`finish` to get the good rows. In fail mode
+    the error names the first bad row and lists up to :data:`MAX_PROBLEMS` distinct problems,
+    each with its first line.
     """
 
     def __init__(self, path: Path, frame: pd.DataFrame, on_error: str) -> None:
@@ -468,8 +508,7 @@ class RowChecker:
         self.frame = frame
         self.on_error = on_error
         self._bad = np.zeros(len(frame), dtype=bool)
-        self._first: IngestError | None = None
-        self._first_line = np.iinfo(np.int64).max
+        self._problems: dict[tuple[str | None, str], _Problem] = {}
         self.rejects: list[Reject] = []
 
     def check(self, bad: np.ndarray | pd.Series, column: str | None, reason: str, fix: str) -> None:
@@ -479,17 +518,14 @@ class RowChecker:
             return
         lines = self.frame[LINE].to_numpy()[mask]
         first = int(lines.min())
-        if first < self._first_line:
-            self._first_line = first
-            value = ""
-            if column is not None and column in self.frame.columns:
-                value = _shown(self.frame[column].to_numpy()[mask][int(np.argmin(lines))])
-            shown = f" (value {value!r})" if value else ""
-            self._first = IngestError(
-                f"{reason}{shown}; {int(mask.sum())} row(s) in all",
-                path=str(self.path), line=first, column=column,
-                fix=f"{fix}, or pass --on-error skip to store such rows in `rejects`",
-            )
+        value = ""
+        if column is not None and column in self.frame.columns:
+            value = _shown(self.frame[column].to_numpy()[mask][int(np.argmin(lines))])
+        seen = self._problems.get((column, reason))
+        rows = int(mask.sum()) + (seen.rows if seen else 0)
+        if seen is not None and seen.line < first:
+            first, value = seen.line, seen.value
+        self._problems[(column, reason)] = _Problem(first, column, reason, value, rows, fix)
         raw = self.frame.loc[mask, column].astype(str).to_numpy() if (
             column is not None and column in self.frame.columns
         ) else np.full(int(mask.sum()), "")
@@ -504,22 +540,46 @@ class RowChecker:
         """Which rows failed a check so far (a copy)."""
         return self._bad.copy()
 
+    def error(self) -> IngestError | None:
+        """The error of fail mode: the first bad row, then up to :data:`MAX_PROBLEMS` distinct
+        problems in all (each with its first line); ``None`` when every row passed."""
+        if not self._problems:
+            return None
+        problems = sorted(self._problems.values(), key=lambda p: (p.line, p.column or ""))
+        first, shown = problems[0], problems[:MAX_PROBLEMS]
+        message = f"{first.what()}; {first.rows} row(s) in all"
+        if len(problems) > 1:
+            message += f"; also {len(problems) - 1} other problem(s)" + (
+                f" ({len(shown) - 1} shown)" if len(problems) > MAX_PROBLEMS else "") + ": "
+            message += "; ".join(f"{p.where()}: {p.what()}, {p.rows} row(s)" for p in shown[1:])
+        fixes = "; ".join(dict.fromkeys(p.fix for p in shown))
+        return IngestError(message, path=str(self.path), line=first.line, column=first.column,
+                           fix=f"{fixes}, or pass --on-error skip to store such rows in "
+                           "`rejects`")
+
     def finish(self) -> tuple[pd.DataFrame, list[Reject]]:
         """The good rows, and the rejects (sorted by line).
 
         Raises:
-            IngestError: for the first bad row when ``on_error`` is ``fail``.
+            IngestError: in fail mode, for the bad rows (see :meth:`error`).
         """
-        if self._first is not None and self.on_error != "skip":
-            raise self._first
+        error = self.error()
+        if error is not None and self.on_error != "skip":
+            raise error
         good = self.frame[~self._bad] if self._bad.any() else self.frame
         return good.reset_index(drop=True), sorted(self.rejects, key=lambda r: r.line or 0)
 
 
 def _shown(value: object) -> str:
-    """A value as the file most likely wrote it (a typed read makes ``-6000`` a float)."""
+    """A value as the file most likely wrote it (a typed read makes ``-6000`` a float); empty
+    for a missing value."""
+    if value is None or value is pd.NA or value is pd.NaT or (
+            isinstance(value, float | np.floating | np.datetime64) and np.isnan(value)):
+        return ""
     if isinstance(value, float | np.floating) and np.isfinite(value) and float(value).is_integer():
         return str(int(value))
+    if isinstance(value, np.datetime64 | pd.Timestamp):  # a typed read: as ISO 8601
+        return pd.Timestamp(value).isoformat()
     return str(value)
 
 
@@ -568,6 +628,44 @@ def parse_times(
         return out.astype("datetime64[ns]"), present & ~finite
     parsed, bad, tz_bad = parse_local_times(values, tz)
     return parsed, bad | tz_bad
+
+
+#: The years a job time can have (:data:`prism.schema.EARLIEST_TS` .. ``LATEST_TS``).
+JOB_YEARS = (EARLIEST_TS.year, LATEST_TS.year - 1)
+
+
+def out_of_range_reason(what: str, years: tuple[int, int] = STORABLE_YEARS) -> str:
+    """The reason of a time outside ``years`` (one wording for every format)."""
+    return f"{what} is out of range (PRISM takes years {years[0]}..{years[1]})"
+
+
+def check_times(
+    checker: RowChecker, values: pd.Series, bad: np.ndarray, column: str, what: str, fix: str,
+    *, years: tuple[int, int] = STORABLE_YEARS, numeric: bool = False,
+    reason: str | None = None,
+) -> None:
+    """Report the times a parser refused: those in a year that cannot be stored (9999-01-05)
+    as out of range, naming the range, the others as not a time.
+
+    Args:
+        checker: the file's checker.
+        values: the column as read.
+        bad: the parser's mask of values that did not parse.
+        column: the file column.
+        what: the name in the message (``submit_ts``).
+        fix: how to write a time this format reads.
+        years: the range the message gives (jobs: :data:`JOB_YEARS`).
+        numeric: the values are numbers of seconds.
+        reason: the reason of the others (default ``"<what> is not a time"``).
+    """
+    far = out_of_range(values, bad, numeric=numeric)
+    checker.check(far, column, out_of_range_reason(what, years),
+                  "check the number: seconds (or milliseconds, where the format takes "
+                  "--option time_unit=ms) since the origin" if numeric else
+                  "check the year: fix a typo, and leave a time empty rather than write a "
+                  "placeholder such as 9999-12-31")
+    checker.check(np.asarray(bad, dtype=bool) & ~far, column, reason or f"{what} is not a time",
+                  fix)
 
 
 def parse_numbers(values: pd.Series) -> tuple[pd.Series, np.ndarray]:
@@ -625,7 +723,7 @@ def check_jobs(checker: RowChecker, frame: pd.DataFrame) -> None:
     for name in ("submit_ts", "start_ts", "end_ts"):
         when = frame[name]
         checker.check(((when < EARLIEST_TS) | (when >= LATEST_TS)).fillna(False).to_numpy(),
-                      name, f"{name} is outside {EARLIEST_TS.year}..{LATEST_TS.year - 1}",
+                      name, out_of_range_reason(name, JOB_YEARS),
                       "check the year (and the --origin of traces in seconds)")
     checker.check((end < start).fillna(False).to_numpy(), "end_ts", "end time is before start time",
                   "check the row's start and end times")

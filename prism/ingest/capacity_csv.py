@@ -20,6 +20,7 @@ from prism.ingest.base import (
     Batch,
     IngestOptions,
     RowChecker,
+    check_times,
     parse_numbers,
     parse_times,
     read_table,
@@ -50,7 +51,8 @@ class CapacityCsvAdapter(Adapter):
                       "GPU counts must be >= 0")
         if "valid_from" in frame.columns:
             valid_from, bad = parse_times(frame["valid_from"], tz=options.tz)
-            checker.check(bad, "valid_from", "time does not parse", "write ISO 8601 times")
+            check_times(checker, frame["valid_from"], bad, "valid_from", "valid_from",
+                        "write ISO 8601 times", reason="time does not parse")
         else:
             valid_from = pd.Series(pd.NaT, index=frame.index, dtype="datetime64[ns]")
         out = pd.DataFrame({

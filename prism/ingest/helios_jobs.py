@@ -51,12 +51,14 @@ import pyarrow as pa
 
 from prism.errors import IngestError
 from prism.ingest.base import (
+    JOB_YEARS,
     LINE,
     Adapter,
     Batch,
     IngestOptions,
     RowChecker,
     check_jobs,
+    check_times,
     job_frame,
     parse_numbers,
     read_bytes,
@@ -130,6 +132,7 @@ class HeliosJobsAdapter(Adapter):
     """HeliosData ``cluster_log.csv`` job logs (Earth, Saturn, Uranus, Venus)."""
 
     name = "helios-jobs"
+    time_columns = {"submit_ts": "submit_time", "start_ts": "start_time", "end_ts": "end_time"}
     kind = "jobs"
     description = "HeliosData cluster_log.csv (Slurm job log: vc, gpu_num, state, times)"
 
@@ -171,7 +174,7 @@ class HeliosJobsAdapter(Adapter):
         times: dict[str, pd.Series] = {}
         for col in TIME_COLUMNS:
             times[col], bad, tz_bad = parse_local_times(frame[col], options.tz)
-            checker.check(bad, col, f"{col} is not a time", _TIME_FIX)
+            check_times(checker, frame[col], bad, col, col, _TIME_FIX, years=JOB_YEARS)
             checker.check(tz_bad, col,
                           f"{col} does not exist or is ambiguous in time zone {options.tz} "
                           "(a daylight-saving change)",

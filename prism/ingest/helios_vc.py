@@ -56,6 +56,7 @@ class HeliosVcAdapter(Adapter):
     """Helios per-minute VC sequences."""
 
     name = "helios-vc"
+    time_columns = {"ts": "time"}
     kind = "samples"
     description = "Helios per-minute VC counters (earth_<vc>_1min.csv.gz)"
 

@@ -26,6 +26,7 @@ import pyarrow.compute as pc
 
 from prism.errors import IngestError
 from prism.ingest.base import (
+    JOB_YEARS,
     LINE,
     Adapter,
     Batch,
@@ -33,6 +34,7 @@ from prism.ingest.base import (
     RowChecker,
     SlowPath,
     check_jobs,
+    check_times,
     file_columns,
     job_frame,
     parse_numbers,
@@ -130,9 +132,9 @@ class JobsCsvAdapter(Adapter):
             if col not in frame.columns:
                 continue
             times, bad = parse_times(frame[col], tz=options.tz, unit=unit)
-            checker.check(bad, col, f"{field} is not a time",
-                          "write ISO 8601 times such as 2026-01-05T08:30:00 (or numbers with "
-                          "--option time_unit=s)")
+            check_times(checker, frame[col], bad, col, field,
+                        "write ISO 8601 times such as 2026-01-05T08:30:00 (or numbers with "
+                        "--option time_unit=s)", years=JOB_YEARS, numeric=unit is not None)
             out[field] = times
         for field in ("num_gpus", "num_cpus"):
             col = columns[field]

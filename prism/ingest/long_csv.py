@@ -22,6 +22,7 @@ from prism.ingest.base import (
     IngestOptions,
     RowChecker,
     check_range,
+    check_times,
     parse_numbers,
     parse_times,
     read_table,
@@ -54,8 +55,9 @@ class LongCsvAdapter(Adapter):
         checker.check(~valid, columns["series_id"], "series id is not 'cluster/scope/metric'",
                       "write ids such as earth/vc6YE/gpus_in_use")
         times, bad = parse_times(frame[columns["ts"]], tz=options.tz)
-        checker.check(bad | times.isna().to_numpy(), columns["ts"], "time is missing or does "
-                      "not parse", "write ISO 8601 times")
+        check_times(checker, frame[columns["ts"]], bad | times.isna().to_numpy(),
+                    columns["ts"], "time", "write ISO 8601 times",
+                    reason="time is missing or does not parse")
         values, bad = parse_numbers(frame[columns["value"]])
         checker.check(bad | np.isnan(values.to_numpy()), columns["value"],
                       "value is missing or not a number", "write plain numbers")

@@ -43,6 +43,7 @@ from prism.ingest.base import (
     Batch,
     IngestOptions,
     RowChecker,
+    check_times,
     parse_numbers,
     read_table,
     register,
@@ -69,6 +70,7 @@ class PhillyNodesAdapter(Adapter):
     """Philly per-minute node counts (Helios artifact's ``philly_node_sequence.csv``)."""
 
     name = "philly-nodes"
+    time_columns = {"ts": "time"}
     kind = "samples"
     description = "Philly nodes in use / total per minute (philly_node_sequence.csv[.gz])"
 
@@ -92,8 +94,8 @@ class PhillyNodesAdapter(Adapter):
         times, bad, tz_bad = parse_local_times(frame["time"], options.tz)
         checker.check(times.isna().to_numpy() & ~bad & ~tz_bad, "time", "time is empty",
                       "every row needs a time")
-        checker.check(bad, "time", "time is not a time",
-                      "write times as ISO 8601, e.g. 2017-10-03 00:00:00")
+        check_times(checker, frame["time"], bad, "time", "time",
+                    "write times as ISO 8601, e.g. 2017-10-03 00:00:00")
         checker.check(tz_bad, "time",
                       f"time does not exist or is ambiguous in time zone {options.tz} "
                       "(a daylight-saving change)",

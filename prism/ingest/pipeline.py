@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,18 +25,21 @@ from prism.ingest import get_adapter
 from prism.ingest.base import (
     CAPACITY_COLUMNS,
     LINE,
+    MAX_PROBLEMS,
     SAMPLE_COLUMNS,
     Batch,
     IngestOptions,
     Reject,
     SlowPath,
 )
+from prism.ingest.spans import Reread, check_spans
 from prism.schema import (
     EARLIEST_TS,
     FILL_POLICIES,
     JOB_COLUMNS,
     LATEST_TS,
     FileScan,
+    format_freq,
     freq_seconds,
 )
 from prism.store import Store
@@ -193,6 +196,11 @@ def _ingest(
     report.timings["read"] = time.perf_counter() - clock
     clock = time.perf_counter()
     touched: set[str] = set()
+
+    def reread(path: Path) -> Batch:  # on an error path: a file of this run, with its lines
+        return adapter.read(path, options)
+
+    run: dict[int, tuple[Path, Reread]] = {}  # ingest id -> file of this run
     with store.transaction():
         for n, (i, path, digest, source) in enumerate(pending, 1):
             fast: tuple[int, int, list[str]] | None = None
@@ -205,13 +213,15 @@ def _ingest(
                                              progress, not defer), "arrow"
             if fast is not None:
                 ingest_id, rows, clusters = fast
+                run[ingest_id] = (path, reread)
                 touched.update(clusters)
                 done[i] = FileReport(str(path), "ingested", rows, 0, ingest_id, reader=reader)
                 if progress:
                     progress("write", n, len(pending))
                 continue
             batch = source if isinstance(source, Batch) else adapter.read(path, options)
-            ingest_id, rows = _write(store, path, fmt, digest, batch, options)
+            ingest_id, rows = _write(store, path, fmt, digest, batch, options, run)
+            run[ingest_id] = (path, reread)
             touched.update(batch.clusters or ([options.cluster] if options.cluster else []))
             done[i] = FileReport(str(path), "ingested", rows, len(batch.rejects), ingest_id,
                                  tuple(batch.rejects), reader="checked")
@@ -229,6 +239,8 @@ def _ingest(
         report.timings["write"] = time.perf_counter() - clock
         clock = time.perf_counter()
         if touched:
+            check_spans(store, sorted(touched), dict.fromkeys(map(str, files), reread),
+                        options)
             derive_clusters(store, sorted(touched))
             if progress:
                 progress("derive", 1, 1)
@@ -240,7 +252,38 @@ def _ingest(
             "SELECT count(*) FROM series WHERE list_contains(?, cluster)", [report.clusters]
         )
         report.series = int(row[0]) if row else 0
+    _warn_unchanged(store, report, freq, fill)
     return report
+
+
+def _warn_unchanged(store: Store, report: IngestReport, freq: str | None,
+                    fill: str | None) -> None:
+    """Say so when ``--freq`` or ``--fill`` did nothing: the files were ingested before, so
+    their clusters were not derived again (``prism series rederive`` does that)."""
+    ids = [f.ingest_id for f in report.files if f.status == "unchanged" and f.ingest_id]
+    if (freq is None and fill is None) or not ids:
+        return
+    rows = store.fetch_all(
+        """SELECT c.cluster, c.freq_s, c.fill FROM clusters c WHERE c.cluster IN (
+               SELECT DISTINCT unnest(string_split(cluster, ',')) FROM ingests
+               WHERE list_contains(?, ingest_id) AND cluster IS NOT NULL)
+           ORDER BY c.cluster""", [ids])
+    for cluster, freq_s, policy in rows:
+        if cluster in report.clusters:
+            continue
+        now, asked = [], []
+        if freq is not None and freq_seconds(freq) != freq_s:
+            now.append(f"freq {format_freq(int(freq_s))}")
+            asked.append(f"--freq {freq}")
+        if fill is not None and fill != policy:
+            now.append(f"fill {policy}")
+            asked.append(f"--fill {fill}")
+        if asked:
+            logger.warning(
+                "series of cluster %s unchanged at %s: the files were ingested before, so %s "
+                "did nothing; run `prism series rederive --cluster %s %s` to re-derive",
+                cluster, " and ".join(now), " and ".join(a.split()[0] for a in asked), cluster,
+                " ".join(asked))
 
 
 def _clusters_named(store: Store, options: IngestOptions, touched: set[str]) -> list[str]:
@@ -384,7 +427,8 @@ _DUPLICATES_SQL = """
 
 
 def _write(
-    store: Store, path: Path, fmt: str, digest: str, batch: Batch, options: IngestOptions
+    store: Store, path: Path, fmt: str, digest: str, batch: Batch, options: IngestOptions,
+    run: Mapping[int, tuple[Path, Reread]] | None = None,
 ) -> tuple[int, int]:
     ingest_id = _next_ingest_id(store)
     frame = batch.frame
@@ -403,7 +447,7 @@ def _write(
     rows = store.insert_frame(batch.kind, frame, columns, {"ingest_id": ingest_id}) if len(
         frame) else 0
     if batch.kind == "jobs" and rows:
-        rows = _check_duplicate_jobs(store, path, ingest_id, batch, options, clusters)
+        rows = _check_duplicate_jobs(store, path, ingest_id, batch, options, clusters, run)
     if batch.rejects:
         rejects = pd.DataFrame({
             "ingest_id": ingest_id,
@@ -469,9 +513,10 @@ def _max(frame: pd.DataFrame | pa.Table, *columns: str) -> object:
 
 def _check_duplicate_jobs(
     store: Store, path: Path, ingest_id: int, batch: Batch, options: IngestOptions,
-    clusters: list[str],
+    clusters: list[str], run: Mapping[int, tuple[Path, Reread]] | None = None,
 ) -> int:
-    """Fail on (or, under skip, reject) job ids seen twice: in this file or already stored.
+    """Fail on (or, under skip, reject) job ids seen twice: in this file, in another file of
+    this run (named with its line) or already stored by an earlier ingest (its file named).
 
     The check runs in SQL after the insert (one aggregation, cheaper than a check in Arrow);
     only when it finds something are the rows located by line, in pandas.
@@ -486,26 +531,81 @@ def _check_duplicate_jobs(
     keys = rows[["cluster", "job_id", LINE]].merge(dupes, on=["cluster", "job_id"])
     stored = keys[keys["before"] > 0]
     twice = keys[(keys["before"] == 0) & keys.duplicated(["cluster", "job_id"], keep="first")]
+    where = _earlier_copies(store, ingest_id, stored, run or {})
     problems = [
-        (int(r[LINE]), str(r["job_id"]), "job id is already in the store for this cluster "
-         "(from an earlier ingest)") for _, r in stored.iterrows()
+        (int(r[LINE]), str(r["job_id"]), where[(str(r["cluster"]), str(r["job_id"]))])
+        for _, r in stored.iterrows()
     ] + [
-        (int(r[LINE]), str(r["job_id"]), "job id appears more than once in this file")
+        (int(r[LINE]), str(r["job_id"]), ("job id appears more than once in this file",
+                                          "give every job of a cluster a unique id"))
         for _, r in twice.iterrows()
     ]
     problems.sort()
-    line, job_id, reason = problems[0]
+    line, job_id, (reason, _) = problems[0]
     if options.on_error != "skip":
+        others = "".join(f"; line {ln}: {why} (value {jid!r})"
+                         for ln, jid, (why, _) in problems[1:MAX_PROBLEMS])
+        fixes = "; ".join(dict.fromkeys(fix for _, _, (_, fix) in problems))
         raise IngestError(
-            f"{reason} (value {job_id!r}); {len(problems)} row(s) in all",
+            f"{reason} (value {job_id!r}); {len(problems)} row(s) in all{others}",
             path=str(path), line=line, column="job_id",
-            fix="give every job of a cluster a unique id and ingest each job once (a changed "
-            "copy of a file is a new file: remove the old rows first), or pass --on-error skip "
-            "to store such rows in `rejects`",
+            fix=f"{fixes}, or pass --on-error skip to store such rows in `rejects`",
         )
-    batch.rejects.extend(Reject(ln, "job_id", why, jid) for ln, jid, why in problems)
+    batch.rejects.extend(Reject(ln, "job_id", why, jid) for ln, jid, (why, _) in problems)
     bad = {ln for ln, _, _ in problems}
     keep = rows[~rows[LINE].isin(bad)]
     store.execute("DELETE FROM jobs WHERE ingest_id = ?", [ingest_id])
     return store.insert_frame("jobs", keep, JOB_COLUMNS, {"ingest_id": ingest_id}) if len(
         keep) else 0
+
+
+#: How to fix a job id that an earlier ingest (not of this run) stored: PRISM has no command
+#: that removes an ingest's rows.
+_STORED_FIX = (
+    "a changed copy of a file is a new file, and PRISM keeps the rows of every ingest (no "
+    "command removes them): ingest all the files, with the new versions, into a new store "
+    "(--db NEW.duckdb); to only derive the series at another frequency, run "
+    "`prism series rederive --cluster {cluster} --freq FREQ`")
+
+
+def _earlier_copies(
+    store: Store, ingest_id: int, stored: pd.DataFrame, run: Mapping[int, tuple[Path, Reread]],
+) -> dict[tuple[str, str], tuple[str, str]]:
+    """(cluster, job_id) -> (reason, fix) for the rows of ``stored`` (job ids an earlier
+    ingest holds): the file and line of this run that has the job, or the earlier ingest's
+    file."""
+    if stored.empty:
+        return {}
+    found = store.fetch_all(
+        """SELECT j.cluster, j.job_id, min(j.ingest_id), min(i.path) FROM jobs j
+           LEFT JOIN ingests i USING (ingest_id)
+           WHERE j.ingest_id <> ? AND list_contains(?, j.cluster) AND list_contains(?, j.job_id)
+           GROUP BY ALL""",
+        [ingest_id, sorted(set(stored["cluster"].astype(str))),
+         sorted(set(stored["job_id"].astype(str)))])
+    lines: dict[int, dict[tuple[str, str], int]] = {}
+    out: dict[tuple[str, str], tuple[str, str]] = {}
+    for cluster, job_id, other, other_path in found:
+        if other in run:
+            if other not in lines:  # read that file again, once, to name the line
+                lines[other] = _job_lines(*run[other])
+            at = lines[other].get((str(cluster), str(job_id)))
+            out[(cluster, job_id)] = (
+                f"job id is already in {run[other][0]}" + (f", line {at}," if at else "")
+                + " in this run", "ingest each job once: drop the repeated rows from one file")
+        else:
+            out[(cluster, job_id)] = (
+                "job id is already in the store for this cluster (from an earlier ingest of "
+                f"{other_path or f'ingest {other}'})", _STORED_FIX.format(cluster=cluster))
+    return out
+
+
+def _job_lines(path: Path, reread: Reread) -> dict[tuple[str, str], int]:
+    """(cluster, job_id) -> line in ``path`` (empty when it cannot be read again)."""
+    try:
+        rows = reread(path).rows()
+    except Exception:  # noqa: BLE001 - the line is a courtesy; the error stands without it
+        logger.debug("cannot read %s again to find job lines", path, exc_info=True)
+        return {}
+    keys = zip(rows["cluster"].astype(str), rows["job_id"].astype(str), strict=True)
+    return dict(zip(keys, rows[LINE].astype(int), strict=True))

@@ -53,12 +53,14 @@ import pandas as pd
 
 from prism.errors import ConfigError, IngestError
 from prism.ingest.base import (
+    JOB_YEARS,
     LINE,
     Adapter,
     Batch,
     IngestOptions,
     RowChecker,
     check_jobs,
+    check_times,
     job_frame,
     read_bytes,
     register,
@@ -104,6 +106,7 @@ class SlurmSacctAdapter(Adapter):
     """Slurm accounting records from ``sacct --parsable2``."""
 
     name = "slurm-sacct"
+    time_columns = {"submit_ts": "Submit", "start_ts": "Start", "end_ts": "End"}
     kind = "jobs"
     description = (
         "sacct --parsable2 --format=JobID,User,Account,Partition,AllocTRES,Submit,Start,End,State"
@@ -162,9 +165,9 @@ class SlurmSacctAdapter(Adapter):
         times: dict[str, pd.Series] = {}
         for field, column in (("submit_ts", "Submit"), ("start_ts", "Start"), ("end_ts", "End")):
             parsed, bad, gap = _parse_times(raw[column], tz)
-            checker.check(bad, column, f"{column} is not a time",
-                          f"sacct prints times as {_TIME_FORMAT}; write that form, or "
-                          "Unknown where there is none")
+            check_times(checker, raw[column], bad, column, column,
+                        f"sacct prints times as {_TIME_FORMAT}; write that form, or Unknown "
+                        "where there is none", years=JOB_YEARS)
             checker.check(gap, column, f"{column} does not exist in time zone {tz} (the clock "
                           "skips that hour)", "pass the zone the times were printed in with --tz")
             times[field] = parsed

@@ -128,6 +128,43 @@ def parse_local_times(
     return out.astype("datetime64[ns]"), bad, tz_bad
 
 
+#: The years a stored time can have (``datetime64[ns]``, with the margin above).
+STORABLE_YEARS = (_EARLIEST.year, _LATEST.year - 1)
+# A date's year as written: 9999-01-05, +10000-01-05, 9999/01/05 (the rest may not parse).
+_YEAR = r"^\s*([+-]?\d{4,})[-/]\d{1,2}[-/]\d{1,2}"
+
+
+def out_of_range(values: pd.Series, bad: np.ndarray, *, numeric: bool = False) -> np.ndarray:
+    """Which of the ``bad`` values (those a time parser refused) are times in a year that
+    cannot be stored (``9999-01-05``, a number of seconds too large), rather than text that is
+    not a time, so that a message can say "out of range" and give the range.
+
+    Args:
+        values: the column as read.
+        bad: the parser's mask of values that did not parse.
+        numeric: the values are numbers of seconds (or milliseconds).
+
+    Returns:
+        A mask, true only where ``bad`` is.
+    """
+    out = np.zeros(len(values), dtype=bool)
+    rows = np.flatnonzero(np.asarray(bad, dtype=bool))
+    if not len(rows):
+        return out
+    some = values.iloc[rows]
+    if pd.api.types.is_datetime64_any_dtype(some):  # a typed read: every bad one is too far
+        out[rows] = some.notna().to_numpy(dtype=bool)
+    elif numeric or pd.api.types.is_numeric_dtype(some):
+        numbers = pd.to_numeric(some, errors="coerce").to_numpy(dtype="float64", na_value=np.nan)
+        out[rows] = np.isfinite(numbers)  # finite, yet refused: beyond what a time holds
+    else:
+        text = some.astype("string")
+        years = pd.to_numeric(text.str.extract(_YEAR, expand=False), errors="coerce")
+        far = (years < _EARLIEST.year) | (years > _LATEST.year)
+        out[rows] = far.fillna(False).to_numpy(dtype=bool)
+    return out
+
+
 def is_fractional(values: np.ndarray) -> np.ndarray:
     """Mask of finite values that are not whole numbers (NaN and inf give ``False``)."""
     out = np.zeros(len(values), dtype=bool)

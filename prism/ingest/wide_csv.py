@@ -24,6 +24,7 @@ from prism.ingest.base import (
     IngestOptions,
     RowChecker,
     check_range,
+    check_times,
     parse_numbers,
     parse_times,
     read_table,
@@ -62,8 +63,8 @@ def samples_from_columns(
     """
     checker = RowChecker(path, frame, options.on_error)
     times, bad = parse_times(frame[time_col], tz=options.tz)
-    checker.check(bad, time_col, "time does not parse",
-                  "write times as ISO 8601, e.g. 2020-05-01 00:00:00")
+    check_times(checker, frame[time_col], bad, time_col, "time",
+                "write times as ISO 8601, e.g. 2020-05-01 00:00:00", reason="time does not parse")
     checker.check(frame[time_col].isna().to_numpy(), time_col, "time is empty",
                   "every row needs a time")
     values: dict[str, pd.Series] = {}
@@ -106,6 +107,7 @@ class WideCsvAdapter(Adapter):
     """A time column plus one column per metric."""
 
     name = "wide-csv"
+    time_columns = {"ts": "time"}
     kind = "samples"
     description = "a time column and one numeric column per metric (--time-col, --cluster)"
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from prism.errors import ConfigError, IngestError, PrismError
+from prism.errors import ConfigError, DataContractError, IngestError, PrismError
 from prism.ingest import adapters
 from prism.ingest.base import IngestOptions
 from prism.ingest.pipeline import IngestReport, Progress, ingest
@@ -102,20 +102,34 @@ def ingest_upload(
             names[str(path)] = "records"
         try:
             outcome = hub.ingest(paths, fmt, options or IngestOptions(), freq=freq, fill=fill)
-        except IngestError as exc:
-            if exc.path in names:  # name the upload, not the temporary file
-                raise IngestError(exc.message, path=names[exc.path], line=exc.line,
-                                  column=exc.column, fix=exc.fix) from exc
-            raise
+        except IngestError as exc:  # name the upload, not the server's temporary file
+            raise IngestError(
+                _uploaded(exc.message, names, tmp), path=names.get(exc.path or "", exc.path),
+                line=exc.line, column=exc.column,
+                fix=exc.fix and _uploaded(exc.fix, names, tmp)) from exc
+        except (ConfigError, DataContractError) as exc:
+            if tmp not in str(exc):
+                raise
+            raise type(exc)(_uploaded(str(exc), names, tmp)) from exc
         except PrismError:
             raise
         except Exception as exc:  # an adapter tripped on input it does not expect
             logger.exception("ingest of an upload as %s failed", fmt)
-            raise IngestError(f"cannot read the upload as {fmt}: {type(exc).__name__}: {exc}",
-                              fix=f"check that the content is in the {fmt} format "
-                              "(`prism formats` lists them)") from exc
+            raise IngestError(
+                _uploaded(f"cannot read the upload as {fmt}: {type(exc).__name__}: {exc}",
+                          names, tmp),
+                fix=f"check that the content is in the {fmt} format (`prism formats` lists "
+                "them)") from exc
     files_out = [replace(f, path=names.get(f.path, f.path)) for f in outcome.report.files]
     return replace(outcome, report=replace(outcome.report, files=files_out))
+
+
+def _uploaded(text: str, names: dict[str, str], tmp: str) -> str:
+    """``text`` with the temporary paths of the uploads replaced by their uploaded names (a
+    reader's own message, e.g. pyarrow's, quotes the path it opened)."""
+    for path in sorted(names, key=len, reverse=True):
+        text = text.replace(path, names[path])
+    return text.replace(tmp, "upload")
 
 
 def _upload_name(name: str, data: bytes, index: int) -> str:

@@ -1,12 +1,14 @@
-"""Stored series: the catalogue, the values of one, the panel, and decompositions.
+"""Stored series: the catalogue, the values of one, the panel, re-derivation, decompositions.
 
-``prism series list|show|export`` and ``prism decompose``; ``GET /v1/series``,
+``prism series list|show|export|rederive`` and ``prism decompose``; ``GET /v1/series``,
 ``/v1/series/values`` and ``/v1/decomposition``.
 """
 
 from __future__ import annotations
 
+import difflib
 import io
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,12 +17,21 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from prism.errors import ConfigError
-from prism.schema import PANEL_COLUMNS, SERIES_ID, split_series_id
+from prism.schema import (
+    FILL_POLICIES,
+    PANEL_COLUMNS,
+    SERIES_ID,
+    format_freq,
+    freq_seconds,
+    split_series_id,
+)
 from prism.usecases.files import output_path
 
 if TYPE_CHECKING:
     from prism.primitives.decompose import SeriesDecomposition
     from prism.store import Store
+
+logger = logging.getLogger(__name__)
 
 #: At most this many series of one cluster and metric teach a primitive dictionary.
 DICTIONARY_SERIES = 64
@@ -130,6 +141,81 @@ def panel_bytes(store: Store, fmt: str, *, series_ids: Sequence[str] | None = No
         panel.to_parquet(buffer, index=False)
         data = buffer.getvalue()
     return data, len(panel), int(panel[SERIES_ID].nunique())
+
+
+# -- re-derivation ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RederiveResult:
+    """What :func:`rederive_cluster` did: the settings before and after, and the series."""
+
+    cluster: str
+    freq: str
+    fill: str
+    previous_freq: str
+    previous_fill: str
+    series: int
+    points: int
+
+
+def rederive_cluster(
+    store: Store, cluster: str, *, freq: str | None = None, fill: str | None = None,
+) -> RederiveResult:
+    """Derive every series of ``cluster`` again, from the jobs and samples the store holds,
+    at another bucket size (``freq``) or gap policy (``fill``), kept for later ingests.
+
+    One transaction: all the cluster's series are replaced, or (on an error) none; the cached
+    forecasts of its series are dropped with them. Re-ingesting the files cannot do this: a
+    file ingested before is skipped, whatever ``--freq`` says.
+
+    Args:
+        store: the store.
+        cluster: the cluster (``prism series list`` shows them).
+        freq: the new bucket size, e.g. ``1h`` (``None``: keep the cluster's).
+        fill: the new gap policy of sampled series (``None``: keep the cluster's).
+
+    Returns:
+        The cluster's settings before and after, its series and points.
+
+    Raises:
+        ConfigError: for an unknown cluster (with the closest names), a bad frequency (or one
+            finer than 1min) or fill policy.
+        IngestError: when a time of the cluster's data spans more buckets of ``freq`` than
+            PRISM derives, naming its file and job or series.
+    """
+    from prism.derive import derive_clusters, set_cluster_config
+    from prism.ingest.spans import check_spans
+
+    if freq is not None:
+        freq_seconds(freq)
+    if fill is not None and fill not in FILL_POLICIES:
+        raise ConfigError(f"--fill {fill!r} is not a fill policy; use one of "
+                          f"{', '.join(FILL_POLICIES)}")
+    row = store.fetch_one("SELECT freq_s, fill FROM clusters WHERE cluster = ?", [cluster])
+    if row is None:
+        known = [r[0] for r in store.fetch_all("SELECT cluster FROM clusters ORDER BY cluster")]
+        close = difflib.get_close_matches(cluster, known, n=3)
+        hint = (f"did you mean {', '.join(close)}?" if close else
+                f"the store has {', '.join(known[:10])}" if known else
+                "the store has none: ingest data first (prism ingest)")
+        raise ConfigError(f"--cluster {cluster!r} is not a cluster of the store; {hint}")
+    before = store.fetch_all("SELECT series_id FROM series WHERE cluster = ?", [cluster])
+    with store.transaction():
+        set_cluster_config(store, cluster, freq=freq, fill=fill)
+        check_spans(store, [cluster])
+        series = derive_clusters(store, [cluster])
+        after = store.fetch_all("SELECT series_id FROM series WHERE cluster = ?", [cluster])
+        store.drop_cached_forecasts(sorted({r[0] for r in before + after}))
+        now = store.fetch_one(
+            """SELECT c.freq_s, c.fill, (SELECT count(*) FROM series_values v
+                                          WHERE v.cluster = c.cluster)
+               FROM clusters c WHERE c.cluster = ?""", [cluster])
+    assert now is not None
+    result = RederiveResult(cluster, format_freq(int(now[0])), str(now[1]),
+                            format_freq(int(row[0])), str(row[1]), series, int(now[2]))
+    logger.info("cluster %s: %d series re-derived at freq %s, fill %s (were %s, %s)",
+                cluster, series, result.freq, result.fill, result.previous_freq,
+                result.previous_fill)
+    return result
 
 
 # -- decomposition ------------------------------------------------------------------------------

@@ -169,7 +169,7 @@ CASES: list[tuple[Format, str, str, tuple[str, ...]]] = [
     (HELIOS_JOBS, _helios(job_id=""), "job_id", ("job_id is empty",)),
     (HELIOS_JOBS, _helios(job_id="1425511"), "job_id", ("repeats an earlier row",)),
     (HELIOS_JOBS, _helios(submit="9999-01-01 00:00:00"), "submit_time",
-     ("submit_time is not a time",)),
+     ("submit_time is out of range", "1970..2099")),
     (PHILLY_NODES, "10/03/2017 00:03,300,420", "time", ("time is not a time",)),
     (PHILLY_NODES, "2017-10-03 25:00:00,300,420", "time", ("time is not a time",)),
     (PHILLY_NODES, ",300,420", "time", ("time is empty",)),

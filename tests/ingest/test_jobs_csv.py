@@ -167,7 +167,8 @@ def test_skip_duplicate_in_clean_file_keeps_first(store: Store, tmp_path: Path) 
 
 def test_odd_times_are_named_not_crashes(store: Store, tmp_path: Path) -> None:
     far = GOOD[0].replace("j1,", "j7,").replace("2026-01-05T03:00:00", "9999-12-31T00:00:00")
-    with pytest.raises(IngestError, match=r"line 5, column 'end_ts': end_ts is not a time"):
+    with pytest.raises(IngestError, match=r"line 5, column 'end_ts': end_ts is out of range "
+                                          r"\(PRISM takes years 1970\.\.2099\)"):
         ingest(store, [_write(tmp_path, [*GOOD, far])], "jobs-csv")
     with pytest.raises(ConfigError, match="unknown time zone 'Mars/Olympus'"):
         ingest(store, [_write(tmp_path, GOOD)], "jobs-csv", IngestOptions(tz="Mars/Olympus"))
