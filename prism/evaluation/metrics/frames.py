@@ -188,10 +188,10 @@ def _points(
     err = y - f
     pts = frame[[MODEL, SERIES_ID, CUTOFF]].copy()
     pts["n"] = 1
-    step = frame[TS] - frame[CUTOFF]
-    first = step.groupby(frame[SERIES_ID]).transform("min")
-    pts[HORIZON_STEP] = (step / first).round().astype(np.int64)
-    scale, thresh, previous = _history_stats(frame, panel, season, burst_percentile)
+    scale, thresh, previous, freq_s = _history_stats(frame, panel, season, burst_percentile)
+    # steps of the series' own grid: a frame need not start at the step after the cutoff
+    ahead = (frame[TS] - frame[CUTOFF]).dt.total_seconds().to_numpy()
+    pts[HORIZON_STEP] = np.round(ahead / freq_s).astype(np.int64)
     pts["ae"] = np.abs(err)
     pts["se"] = err**2
     pts["sae"] = np.divide(pts["ae"].to_numpy(), scale, out=np.full(len(y), np.nan),
@@ -263,8 +263,9 @@ def _aggregate(points: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
 
 def _history_stats(
     frame: pd.DataFrame, panel: pd.DataFrame, season: int | str, percentile: float
-) -> tuple[FloatArray, FloatArray, FloatArray]:
-    """Per row: its window's MASE scale and burst threshold, and the actual one step before it.
+) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+    """Per row: its window's MASE scale and burst threshold, the actual one step before it and
+    its series' step in seconds.
 
     The scale and threshold come from the series' points up to the row's cutoff; the previous
     actual is the panel's value one step before the row's ``ts`` (the last point of the history
@@ -275,6 +276,7 @@ def _history_stats(
     scale = np.full(len(frame), np.nan)
     thresh = np.full(len(frame), np.nan)
     previous = np.full(len(frame), np.nan)
+    freq_s = np.full(len(frame), np.nan)
     rows = frame.groupby([SERIES_ID, CUTOFF], sort=False).indices
     for key, idx in rows.items():
         raw_sid, raw_cutoff = cast(tuple[Any, Any], key)
@@ -285,7 +287,8 @@ def _history_stats(
                 "the backtest ran on"
             )
         g = series[sid]
-        season_steps = _season_steps(g, season)
+        freq_s[idx] = panel_freq(g, purpose="scale errors")
+        season_steps = horizon_steps(season, int(freq_s[idx[0]]))
         ts = g[TS].to_numpy()
         end = int(np.searchsorted(ts, cutoff.to_datetime64(), side="right"))
         if end == 0:
@@ -305,11 +308,7 @@ def _history_stats(
                 "panel; pass the panel the backtest ran on"
             )
         previous[idx] = values[at - 1]
-    return scale, thresh, previous
-
-
-def _season_steps(series: pd.DataFrame, season: int | str) -> int:
-    return horizon_steps(season, panel_freq(series, purpose="scale errors"))
+    return scale, thresh, previous, freq_s
 
 
 def _coverage_levels(levels: dict[float, str], wanted: Sequence[float] | None) -> list[float]:
