@@ -33,30 +33,49 @@ function.
 within capacity, ``E[min(D, c)]``) times the busy draw (:class:`Watts`, default 60 W idle and
 300 W busy, a V100/A100-class board; pass the hardware's figures).
 
-**Recommendation.** From the peak of the GPUs needed at the planning quantile against
-capacity: *add* ``ceil(needed - capacity)`` when short; otherwise the spare
-``floor(capacity - needed)`` GPUs are *released* when the scope did not use them either over
-its recent history (``recent_peak``), and *lent* for the window (to another scope, or powered
-down) when it did; *keep* when less than one GPU is spare.
+**Sizing.** A scope needs the peak over the window of its GPUs in use (``gpus_in_use``) at the
+planning quantile, plus a *queue allowance*: the mean over the window of the mean forecast of its
+queued GPUs (``gpus_pending``, or ``gpu_demand`` minus ``gpus_in_use``), at most the queue's
+peak over recent history. The queue is never added at an upper quantile: queued jobs start as
+GPUs free up, they are not one spike on top of the in-use peak. Each row says so in ``reason``.
+
+**Advice.** VCs short at the quantile borrow the spare GPUs of the others first (:class:`Move`:
+"lend 40 GPUs from vc-he9 to vc-27a for the next 24 h"); only what no VC can lend is *added*,
+and spare GPUs nobody borrows, unused over the recent history too, are *released*: both for the
+cluster (the ``all`` row), and the VCs' net changes add up to it (:func:`advise`).
 """
 
 from __future__ import annotations
 
-import csv
 import logging
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from prism.errors import ConfigError, DataContractError, IngestError
-from prism.schema import ALL_SCOPE, SERIES_ID, TS, split_series_id
+from prism.capacity_inputs import (
+    Reservation,
+    Watts,
+    parse_reservation,
+    parse_watts,
+    read_capacity_table,
+    read_reservations,
+)
+from prism.errors import ConfigError, DataContractError
+from prism.schema import ALL_SCOPE, GPU_TYPE_PREFIX, SERIES_ID, TS, split_series_id
+
+__all__ = [
+    "DISTRIBUTION_LEVELS", "CapacityPlan", "CapacityRow", "Move", "Recommendation",
+    "Reservation", "Watts", "advise", "apply_what_if", "exceed_probability", "expected_above",
+    "expected_below", "expected_value", "parse_reservation", "parse_watts", "plan_capacity",
+    "quantile_at", "quantile_matrix", "read_capacity_table", "read_reservations", "recommend",
+    "reservation_load",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -68,226 +87,6 @@ DISTRIBUTION_LEVELS = (0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8
                        0.975, 0.99)
 #: Tolerance below which a difference of GPUs is rounding noise.
 _EPS = 1e-9
-
-
-# -- inputs ------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Watts:
-    """Power drawn by one GPU, in watts.
-
-    Attributes:
-        idle: an allocated-but-idle (or powered, unused) GPU.
-        busy: a GPU running a job.
-    """
-
-    idle: float = 60.0
-    busy: float = 300.0
-
-
-def parse_watts(text: str) -> Watts:
-    """``"60,300"`` or ``"idle=60,busy=300"`` -> :class:`Watts`.
-
-    Raises:
-        ConfigError: for anything else, or a negative figure.
-    """
-    parts = [p.strip() for p in str(text).split(",") if p.strip()]
-    values: dict[str, float] = {}
-    try:
-        if len(parts) == 2 and all("=" not in p for p in parts):
-            values = {"idle": float(parts[0]), "busy": float(parts[1])}
-        else:
-            for part in parts:
-                key, sep, value = part.partition("=")
-                if not sep or key.strip() not in ("idle", "busy"):
-                    raise ValueError(part)
-                values[key.strip()] = float(value)
-    except ValueError:
-        values = {}
-    if set(values) != {"idle", "busy"} or any(not math.isfinite(v) or v < 0
-                                              for v in values.values()):
-        raise ConfigError(f"--watts-per-gpu {text!r}: give the idle and busy draw of one GPU "
-                          "in watts, e.g. 60,300 or idle=60,busy=300")
-    return Watts(idle=values["idle"], busy=values["busy"])
-
-
-@dataclass(frozen=True)
-class Reservation:
-    """A known future job: ``gpus`` GPUs held in ``scope`` from ``start`` to ``end``.
-
-    Attributes:
-        scope: the VC/tenant (or ``all``).
-        start / end: naive UTC times, ``start < end``.
-        gpus: GPUs held (fractional allowed).
-        cluster: the cluster, or ``None`` for any.
-        name: a label.
-        line: the line of the file it was read from, if any (for error messages).
-        source: the file it was read from, if any (for error messages).
-    """
-
-    scope: str
-    start: pd.Timestamp
-    end: pd.Timestamp
-    gpus: float
-    cluster: str | None = None
-    name: str = ""
-    line: int | None = None
-    source: str | None = None
-
-
-_RESERVATION_COLUMNS = ("start", "end", "gpus", "scope")
-_RESERVATION_OPTIONAL = ("cluster", "name")
-
-
-def read_reservations(path: str | Path) -> list[Reservation]:
-    """Read known future jobs from a CSV file: ``start, end, gpus, scope [, cluster, name]``.
-
-    Times are ISO 8601 (a zone converts to UTC; naive times are taken as UTC, as stored).
-
-    Raises:
-        IngestError: for a missing file or column, an unknown column, or a bad row, naming
-            the file, the line and the field.
-    """
-    p = Path(path)
-    if not p.is_file():
-        raise IngestError("no such file", path=str(p),
-                          fix="pass --reservations with a CSV file of start,end,gpus,scope")
-    try:
-        text = p.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise IngestError("not UTF-8 text", path=str(p), fix="save the file as UTF-8") from exc
-    rows = list(csv.reader(text.splitlines()))
-    if not rows:
-        raise IngestError("empty file", path=str(p), line=1,
-                          fix="write a header start,end,gpus,scope and one row per job")
-    header = [h.strip() for h in rows[0]]
-    missing = [c for c in _RESERVATION_COLUMNS if c not in header]
-    if missing:
-        raise IngestError(f"missing column(s) {', '.join(missing)}", path=str(p), line=1,
-                          column=missing[0],
-                          fix="the header needs start,end,gpus,scope (cluster, name optional)")
-    unknown = [c for c in header if c not in (*_RESERVATION_COLUMNS, *_RESERVATION_OPTIONAL)]
-    if unknown:
-        raise IngestError(f"unknown column {unknown[0]!r}", path=str(p), line=1,
-                          column=unknown[0],
-                          fix="use only start, end, gpus, scope, cluster and name")
-    out = []
-    for number, row in enumerate(rows[1:], start=2):
-        if not any(cell.strip() for cell in row):
-            continue
-        if len(row) != len(header):
-            raise IngestError(f"{len(row)} fields where the header has {len(header)}",
-                              path=str(p), line=number, fix="give every row the header's fields")
-        cells = {h: c.strip() for h, c in zip(header, row, strict=True)}
-
-        def bad(column: str, message: str, fix: str, *, _n: int = number,
-                _cells: dict[str, str] = cells) -> IngestError:
-            return IngestError(f"{message} (value {_cells[column]!r})", path=str(p),
-                               line=_n, column=column, fix=fix)
-
-        times = {}
-        for column in ("start", "end"):
-            ts = _time(cells[column])
-            if ts is None:
-                raise bad(column, "not a time", "write an ISO time such as 2026-01-12T08:00")
-            times[column] = ts
-        if times["end"] <= times["start"]:
-            raise bad("end", "end is not after start", "check the row's start and end")
-        try:
-            gpus = float(cells["gpus"])
-        except ValueError:
-            gpus = float("nan")
-        if not math.isfinite(gpus) or gpus < 0:
-            raise bad("gpus", "not a number of GPUs >= 0", "write e.g. 8 or 0.5")
-        if not cells["scope"]:
-            raise bad("scope", "empty scope", "name the VC/tenant, or 'all'")
-        out.append(Reservation(scope=cells["scope"], start=times["start"], end=times["end"],
-                               gpus=gpus, cluster=cells.get("cluster") or None,
-                               name=cells.get("name", ""), line=number, source=str(p)))
-    return out
-
-
-def parse_reservation(text: str) -> Reservation:
-    """``"SCOPE,START,END,GPUS"`` (the API's ``reservation=`` query value) -> a reservation.
-
-    Raises:
-        ConfigError: for another shape or a bad field (named).
-    """
-    parts = [p.strip() for p in str(text).split(",")]
-    if len(parts) != 4:
-        raise ConfigError(f"reservation {text!r}: write SCOPE,START,END,GPUS, e.g. "
-                          "vc-27a,2026-01-12T08:00,2026-01-12T20:00,8")
-    scope, start, end, gpus = parts
-    lo, hi = _time(start), _time(end)
-    try:
-        n = float(gpus)
-    except ValueError:
-        n = float("nan")
-    if lo is None or hi is None or hi <= lo:
-        raise ConfigError(f"reservation {text!r}: end must be a time after start")
-    if not math.isfinite(n) or n < 0:
-        raise ConfigError(f"reservation {text!r}: GPUS must be a number >= 0")
-    if not scope:
-        raise ConfigError(f"reservation {text!r}: name the scope (a VC, or all)")
-    return Reservation(scope=scope, start=lo, end=hi, gpus=n)
-
-
-def _time(text: str) -> pd.Timestamp | None:
-    """An ISO time as naive UTC (a zone converts), or ``None`` when it is not one."""
-    try:
-        ts = pd.Timestamp(text)
-    except (ValueError, TypeError):
-        return None
-    if not isinstance(ts, pd.Timestamp) or pd.isna(ts):
-        return None
-    return ts.tz_convert("UTC").tz_localize(None) if ts.tzinfo else ts
-
-
-def read_capacity_table(path: str | Path) -> pd.DataFrame:
-    """Read a capacity table from CSV: ``scope, gpus [, cluster]`` (one row per scope).
-
-    Raises:
-        IngestError: for a missing file or column, or a bad row (file, line and field named).
-    """
-    p = Path(path)
-    if not p.is_file():
-        raise IngestError("no such file", path=str(p),
-                          fix="pass --capacity with a CSV file of scope,gpus[,cluster]")
-    rows = list(csv.reader(p.read_text(encoding="utf-8", errors="replace").splitlines()))
-    header = [h.strip() for h in rows[0]] if rows else []
-    for column in ("scope", "gpus"):
-        if column not in header:
-            raise IngestError(f"missing column {column!r}", path=str(p), line=1, column=column,
-                              fix="the header needs scope,gpus (cluster optional)")
-    extra = [h for h in header if h not in ("scope", "gpus", "cluster", "gpu_type")]
-    if extra:
-        raise IngestError(f"unknown column {extra[0]!r}", path=str(p), line=1, column=extra[0],
-                          fix="use only scope, gpus, cluster and gpu_type")
-    records = []
-    for number, row in enumerate(rows[1:], start=2):
-        if not any(c.strip() for c in row):
-            continue
-        if len(row) != len(header):
-            raise IngestError(f"{len(row)} fields where the header has {len(header)}",
-                              path=str(p), line=number, fix="give every row the header's fields")
-        cells = {h: c.strip() for h, c in zip(header, row, strict=True)}
-        try:
-            gpus = float(cells["gpus"])
-        except ValueError:
-            gpus = float("nan")
-        if not math.isfinite(gpus) or gpus < 0:
-            raise IngestError(f"not a number of GPUs >= 0 (value {cells['gpus']!r})",
-                              path=str(p), line=number, column="gpus", fix="write e.g. 64")
-        if not cells["scope"]:
-            raise IngestError("empty scope", path=str(p), line=number, column="scope",
-                              fix="name the VC/tenant, or 'all'")
-        records.append({"cluster": cells.get("cluster") or None, "scope": cells["scope"],
-                        "gpus": gpus})
-    if not records:
-        raise IngestError("no rows", path=str(p), line=2, fix="add one row per scope")
-    frame = pd.DataFrame(records, columns=["cluster", "scope", "gpus"])
-    # several GPU types of one scope add up
-    return (frame.groupby(["cluster", "scope"], dropna=False, sort=True)["gpus"].sum()
-            .reset_index())
 
 
 # -- the distribution --------------------------------------------------------------------------
@@ -474,12 +273,38 @@ def _is_level(name: str) -> bool:
 
 # -- decisions ---------------------------------------------------------------------------------
 @dataclass(frozen=True)
+class Move:
+    """GPUs one VC lends another for the window.
+
+    Attributes:
+        from_scope / to_scope: the lending and the borrowing VC.
+        gpus: whole GPUs moved.
+        hours: the window, in hours.
+    """
+
+    from_scope: str
+    to_scope: str
+    gpus: int
+    hours: float
+
+    @property
+    def text(self) -> str:
+        """The move in words."""
+        return (f"lend {self.gpus} GPUs from {self.from_scope} to {self.to_scope} for the next "
+                f"{self.hours:g} h")
+
+
+@dataclass(frozen=True)
 class Recommendation:
     """What to do with a scope's capacity over the window.
 
     Attributes:
-        action: ``add``, ``lend``, ``release``, ``release+lend``, ``keep`` or ``unknown``.
-        add_gpus / lend_gpus / release_gpus: whole GPUs.
+        action: the cluster (``all``): ``add``, ``release``, ``keep`` or ``unknown``; a VC:
+            ``borrow``, ``lend``, ``add`` / ``release`` (its part of the cluster's),
+            ``borrow+add``, ``lend+release``, ``keep`` or ``unknown``.
+        add_gpus / release_gpus: GPUs added or released (a VC: its part of the cluster's).
+        lend_gpus / borrow_gpus: GPUs a VC lends or borrows for the window.
+        net_gpus: the change of the scope's GPUs; the VCs' add up to the cluster's.
         text: the advice in words.
     """
 
@@ -488,37 +313,128 @@ class Recommendation:
     lend_gpus: int
     release_gpus: int
     text: str
+    borrow_gpus: int = 0
+    net_gpus: int = 0
 
 
 def recommend(needed: float, capacity: float | None, *,
               recent_peak: float | None = None) -> Recommendation:
-    """Advice from the GPUs needed at the planning quantile against capacity.
+    """Advice for a scope that plans on its own (no VCs to move GPUs between).
 
     Args:
         needed: peak GPUs needed over the window.
         capacity: GPUs installed (``None``: unknown).
-        recent_peak: the scope's peak demand over its recent history; spare GPUs above both
-            are released, the rest lent for the window. ``None``: spare GPUs are lent.
+        recent_peak: the scope's peak use over its recent history: spare GPUs above both it
+            and ``needed`` are released, the others kept. ``None``: spare GPUs are kept.
     """
     if capacity is None:
         return Recommendation("unknown", 0, 0, 0, "capacity unknown: pass --capacity FILE or "
                               "ingest a capacity-csv file for this scope")
     if needed > capacity + _EPS:
         add = math.ceil(needed - capacity - _EPS)
-        return Recommendation("add", add, 0, 0, f"add {add} GPUs")
-    spare = math.floor(capacity - needed + _EPS)
-    if spare < 1:
-        return Recommendation("keep", 0, 0, 0, "keep")
+        return Recommendation("add", add, 0, 0, f"add {add} GPUs", net_gpus=add)
     release = 0
     if recent_peak is not None:
-        release = max(0, min(spare, math.floor(capacity - max(needed, recent_peak) + _EPS)))
-    lend = spare - release
-    if release and lend:
-        return Recommendation("release+lend", 0, lend, release,
-                              f"release {release} GPUs and lend {lend} more for the window")
+        release = max(0, math.floor(capacity - max(needed, recent_peak) + _EPS))
     if release:
-        return Recommendation("release", 0, 0, release, f"release {release} GPUs")
-    return Recommendation("lend", 0, lend, 0, f"lend {lend} GPUs for the window")
+        return Recommendation("release", 0, 0, release, f"release {release} GPUs",
+                              net_gpus=-release)
+    return Recommendation("keep", 0, 0, 0, "keep")
+
+
+def advise(needed: Mapping[str, float], capacity: Mapping[str, float | None], *, hours: float,
+           recent_peak: Mapping[str, float] | None = None
+           ) -> tuple[dict[str, Recommendation], tuple[Move, ...]]:
+    """Advice for every scope of one cluster: moves between VCs first, then the cluster's net.
+
+    VCs short at the planning quantile (``ceil(needed - capacity)``) borrow the spare GPUs
+    (``floor(capacity - needed)``) of the others, the largest shortage from the largest spare
+    first. What no VC can lend, the cluster adds; spare GPUs nobody borrows and that the VC
+    did not use over its recent history either are released. Either way, the VCs' net changes
+    add up to the cluster's (its ``add`` or ``release``). Without a VC of known capacity the
+    cluster (and each scope) plans on its own (:func:`recommend`). A cluster of one GPU type
+    gives its GPU-type scope the cluster's advice.
+
+    Args:
+        needed: scope -> peak GPUs needed over the window.
+        capacity: scope -> GPUs installed (absent or ``None``: unknown).
+        hours: the window, in hours (the length of the moves).
+        recent_peak: scope -> peak GPUs in use over recent history (the release guard).
+
+    Returns:
+        ``(scope -> advice, moves)``.
+    """
+    peaks = recent_peak or {}
+    out = {s: recommend(n, capacity.get(s), recent_peak=peaks.get(s)) for s, n in needed.items()}
+    vcs = sorted(s for s in needed if s != ALL_SCOPE and not s.startswith(GPU_TYPE_PREFIX)
+                 and capacity.get(s) is not None)
+    if not vcs:
+        return out, ()
+    cap = {s: float(capacity[s] or 0.0) for s in vcs}
+    short = {s: math.ceil(needed[s] - cap[s] - _EPS) for s in vcs if needed[s] > cap[s] + _EPS}
+    spare = {s: math.floor(cap[s] - needed[s] + _EPS) for s in vcs if s not in short}
+    moves: list[Move] = []
+    lent = dict.fromkeys(vcs, 0)
+    got = dict.fromkeys(vcs, 0)
+    for taker in sorted(short, key=lambda s: (-short[s], s)):
+        while got[taker] < short[taker]:
+            free = {s: spare[s] - lent[s] for s in spare if spare[s] - lent[s] > 0}
+            if not free:
+                break
+            giver = min(free, key=lambda s: (-free[s], s))
+            gpus = min(free[giver], short[taker] - got[taker])
+            moves.append(Move(giver, taker, gpus, float(hours)))
+            lent[giver] += gpus
+            got[taker] += gpus
+    add = {s: short[s] - got[s] for s in short}
+    release = {s: max(0, min(spare[s] - lent[s], math.floor(
+        cap[s] - max(needed[s], peaks.get(s, cap[s])) + _EPS))) for s in spare}
+    for s in vcs:
+        out[s] = _vc_advice(s, got[s], lent[s], add.get(s, 0), release.get(s, 0),
+                            [m for m in moves if s in (m.from_scope, m.to_scope)])
+    total_add, total_release = sum(add.values()), sum(release.values())
+    moved = sum(m.gpus for m in moves)
+    after = (f" after {len(moves)} move(s) of {moved} GPUs between VCs" if moves else "")
+    if total_add:
+        cluster = Recommendation("add", total_add, 0, 0, f"add {total_add} GPUs{after}",
+                                 net_gpus=total_add)
+    elif total_release:
+        cluster = Recommendation("release", 0, 0, total_release,
+                                 f"release {total_release} GPUs{after}",
+                                 net_gpus=-total_release)
+    else:
+        cluster = Recommendation("keep", 0, 0, 0, f"keep{after}")
+    if ALL_SCOPE in needed:
+        out[ALL_SCOPE] = cluster
+    types = [s for s in needed if s.startswith(GPU_TYPE_PREFIX)]
+    if len(types) == 1 and capacity.get(types[0]) is not None:
+        kind = types[0][len(GPU_TYPE_PREFIX):]
+        out[types[0]] = replace(cluster, text=f"all the cluster's GPUs are {kind}: "
+                                f"{cluster.text}")
+    return out, tuple(moves)
+
+
+def _vc_advice(scope: str, got: int, lent: int, add: int, release: int,
+               moves: Sequence[Move]) -> Recommendation:
+    """One VC's part: its moves, then its share of the cluster's add or release."""
+    parts, words = [], []
+    if got:
+        parts.append("borrow")
+        givers = ", ".join(f"{m.gpus} from {m.from_scope}" for m in moves if m.to_scope == scope)
+        words.append(f"borrow {got} GPUs ({givers})")
+    if lent:
+        parts.append("lend")
+        takers = ", ".join(f"{m.gpus} to {m.to_scope}" for m in moves if m.from_scope == scope)
+        words.append(f"lend {lent} GPUs ({takers}) for the next {moves[0].hours:g} h")
+    if add:
+        parts.append("add")
+        words.append(f"take {add} of the GPUs the cluster adds")
+    if release:
+        parts.append("release")
+        words.append(f"give up {release} GPUs (part of the cluster's release)")
+    return Recommendation("+".join(parts) or "keep", add, lent, release,
+                          "; ".join(words) or "keep", borrow_gpus=got,
+                          net_gpus=got - lent + add - release)
 
 
 @dataclass(frozen=True)
@@ -529,20 +445,27 @@ class CapacityRow:
         cluster / scope / series_id / model: what was forecast, with which model.
         start / end: the window (first step, and the end of the last one).
         quantile: the planning quantile.
-        gpus_needed: peak over the window of the demand at ``quantile`` (what-if included).
-        mean_peak: peak of the mean forecast.
+        gpus_needed: ``in_use_needed + queue_allowance`` (what-if included).
+        in_use_needed: peak over the window of the GPUs in use at ``quantile``.
+        queue_allowance: GPUs for the queue: the mean queued GPUs forecast over the window,
+            at most the queue's recent peak (0 without a queue series).
+        mean_peak: peak of the mean forecast of GPUs in use.
         demand_gpu_hours: expected GPU-hours of demand over the window.
         reserved_gpu_hours: GPU-hours the reservations add.
         growth: the growth factor applied.
         capacity: GPUs installed (``None``: unknown).
-        capacity_source: where ``capacity`` came from (``file``, ``store``, ``samples``).
+        capacity_source: where ``capacity`` came from (``file``, ``store``, ``samples``,
+            ``cluster``: the cluster's, of one GPU type).
+        headroom: ``capacity - gpus_needed`` (negative: short).
         shortfall_gpu_hours: expected GPU-hours of demand above capacity.
         queue_risk: the largest per-step probability that demand exceeds capacity.
         queue_hours: expected hours with demand above capacity.
         idle_gpu_hours: expected GPU-hours of capacity left idle.
         idle_energy_kwh: what the idle GPUs draw over the window.
         busy_energy_kwh: what the busy GPUs draw (demand served within capacity).
-        action / add_gpus / lend_gpus / release_gpus / recommendation: the advice.
+        action / add_gpus / lend_gpus / release_gpus / borrow_gpus / net_gpus /
+            recommendation: the advice (:class:`Recommendation`).
+        reason: how ``gpus_needed`` was sized, and why the advice.
     """
 
     cluster: str
@@ -553,12 +476,15 @@ class CapacityRow:
     end: datetime
     quantile: float
     gpus_needed: float
+    in_use_needed: float
+    queue_allowance: float
     mean_peak: float
     demand_gpu_hours: float
     reserved_gpu_hours: float
     growth: float
     capacity: float | None
     capacity_source: str | None
+    headroom: float | None
     shortfall_gpu_hours: float | None
     queue_risk: float | None
     queue_hours: float | None
@@ -569,12 +495,15 @@ class CapacityRow:
     add_gpus: int
     lend_gpus: int
     release_gpus: int
+    borrow_gpus: int
+    net_gpus: int
     recommendation: str
+    reason: str
 
 
 @dataclass(frozen=True)
 class CapacityPlan:
-    """A cluster's plan: one row per scope, the per-step needs, the what-if forecast.
+    """A cluster's plan: one row per scope, the moves, the per-step needs, the forecast.
 
     Attributes:
         cluster: the cluster.
@@ -583,8 +512,9 @@ class CapacityPlan:
         watts: the power figures used.
         rows: one :class:`CapacityRow` per scope, sorted by scope.
         steps: ``series_id, scope, ts, needed, mean, reserved, capacity, p_exceed``: the
-            GPUs needed at the quantile in each step.
-        forecast: the forecast with the what-if applied (the contract, plus ``reserved``).
+            GPUs needed (in use at the quantile plus the queue allowance) in each step.
+        forecast: the forecast of GPUs in use with the what-if applied (plus ``reserved``).
+        moves: GPUs lent between VCs for the window, before anything is added.
     """
 
     cluster: str
@@ -594,11 +524,25 @@ class CapacityPlan:
     rows: tuple[CapacityRow, ...]
     steps: pd.DataFrame = field(repr=False)
     forecast: pd.DataFrame = field(repr=False)
+    moves: tuple[Move, ...] = ()
 
     def table(self) -> pd.DataFrame:
         """The rows as a frame (one per scope)."""
         return pd.DataFrame([r.__dict__ for r in self.rows],
                             columns=list(CapacityRow.__dataclass_fields__))
+
+    def move_records(self) -> list[dict[str, Any]]:
+        """The moves as plain dicts (``from_scope, to_scope, gpus, hours, text``)."""
+        return [{**m.__dict__, "text": m.text} for m in self.moves]
+
+    def only(self, scope: str) -> CapacityPlan:
+        """The plan of one scope (its row, steps and forecast, and the moves it takes part in)."""
+        return replace(
+            self, rows=tuple(r for r in self.rows if r.scope == scope),
+            steps=self.steps[self.steps["scope"] == scope].reset_index(drop=True),
+            forecast=self.forecast[self.forecast[SERIES_ID].map(
+                lambda s: split_series_id(str(s))[1] == scope)].reset_index(drop=True),
+            moves=tuple(m for m in self.moves if scope in (m.from_scope, m.to_scope)))
 
     def records(self, *, steps: bool = False) -> list[dict[str, Any]]:
         """The rows as plain dicts (times as ``datetime``), each with its ``steps``
@@ -618,6 +562,23 @@ class CapacityPlan:
         return out
 
 
+def _queue_allowance(queue: pd.DataFrame | None, scope: str, growth: float,
+                     peak: float | None) -> tuple[float, str]:
+    """The queue allowance of a scope and its reason (see :func:`plan_capacity`)."""
+    if queue is None:
+        return 0.0, "no queue series"
+    mine = queue[queue[SERIES_ID].map(lambda s: split_series_id(str(s))[1] == scope)]
+    if mine.empty:
+        return 0.0, "no queue series"
+    mean = float(np.clip(mine["mean"].to_numpy(dtype=np.float64), 0, None).mean() * growth)
+    if peak is not None and mean > peak:
+        return max(float(peak), 0.0), (f"queue allowance {max(peak, 0.0):,.1f} (the mean "
+                                       f"{mean:,.1f} queued GPUs forecast over the window, capped "
+                                       "at the queue's recent peak)")
+    return mean, (f"queue allowance {mean:,.1f} (the mean queued GPUs forecast over the window, "
+                  f"at most the recent queue peak{'' if peak is None else f' {peak:,.1f}'})")
+
+
 def plan_capacity(
     forecast: pd.DataFrame,
     capacity: Mapping[str, float | None],
@@ -629,20 +590,31 @@ def plan_capacity(
     reservations: Sequence[Reservation] = (),
     recent_peak: Mapping[str, float] | None = None,
     capacity_source: Mapping[str, str] | None = None,
+    queue: pd.DataFrame | None = None,
+    queue_peak: Mapping[str, float] | None = None,
 ) -> CapacityPlan:
     """Plan each scope's capacity from its quantile forecast (see the module docstring).
 
+    A scope needs the peak over the window of its GPUs in use at ``quantile`` plus a queue
+    allowance: the mean over the window of the mean forecast of its queued GPUs (never an
+    upper quantile: a queue drains as GPUs free up), at most the queue's recent peak. The
+    shortfall, idle and risk figures integrate the in-use distribution shifted by that
+    allowance. Then :func:`advise`.
+
     Args:
-        forecast: the forecast contract (``series_id, ts, model, mean, p..``) of one demand
-            series per scope, all of one cluster.
+        forecast: the forecast contract (``series_id, ts, model, mean, p..``) of one series of
+            GPUs in use per scope (or of demand, where a scope has no such series), all of
+            one cluster.
         capacity: scope -> GPUs installed (a scope absent or ``None``: unknown).
         quantile: the planning quantile in (0, 1); interpolated when it is not a column.
         freq_s: the forecast step in seconds.
         watts: idle and busy draw of one GPU (default :class:`Watts`).
-        growth: demand growth factor.
+        growth: demand growth factor (of the GPUs in use and of the queue).
         reservations: known future jobs added on top of the forecast.
-        recent_peak: scope -> its peak demand over recent history (for release vs lend).
+        recent_peak: scope -> its peak use over recent history (the release guard).
         capacity_source: scope -> where its capacity came from (shown in the table).
+        queue: ``series_id, mean`` of the queued GPUs forecast per scope, over the window.
+        queue_peak: scope -> the peak of its queue over recent history (caps the allowance).
 
     Returns:
         The :class:`CapacityPlan`.
@@ -667,8 +639,8 @@ def plan_capacity(
                                 f"{', '.join(clusters)}: plan each on its own")
     scopes = [s for _, s, _ in parts]
     if len(set(scopes)) != len(scopes):
-        raise DataContractError("the forecast has two demand series for one scope; give one "
-                                "series per scope (gpu_demand or gpus_in_use)")
+        raise DataContractError("the forecast has two series for one scope; give one series "
+                                "per scope (gpus_in_use, or gpu_demand)")
     cluster = clusters[0]
     adjusted = apply_what_if(forecast.sort_values([SERIES_ID, TS], kind="stable")
                              .reset_index(drop=True), freq_s=freq_s, growth=growth,
@@ -678,46 +650,73 @@ def plan_capacity(
         logger.warning("reservations of scope %r: no demand series of it in %s; they count "
                        "only for 'all'", scope, cluster)
     step_h = freq_s / 3600.0
-    rows: list[CapacityRow] = []
+    sized: list[dict[str, Any]] = []
     steps: list[pd.DataFrame] = []
     for sid, group in adjusted.groupby(SERIES_ID, sort=True):
-        _, scope, _ = split_series_id(str(sid))
-        levels, values = quantile_matrix(group)
-        needed = quantile_at(levels, values, quantile)
+        _, scope, metric = split_series_id(str(sid))
+        levels, raw = quantile_matrix(group)
+        allowance, why_queue = _queue_allowance(queue, scope, growth,
+                                                (queue_peak or {}).get(scope))
+        values = raw + allowance
+        in_use = quantile_at(levels, raw, quantile)
+        needed = in_use + allowance
         cap = capacity.get(scope)
         cap = None if cap is None or not math.isfinite(float(cap)) else float(cap)
         demand = expected_value(levels, values)
         p_exceed = (exceed_probability(levels, values, cap) if cap is not None
                     else np.full(len(group), np.nan))
         ts = pd.DatetimeIndex(group[TS].to_numpy())
-        peak = float(needed.max())
-        advice = recommend(peak, cap, recent_peak=(recent_peak or {}).get(scope))
-        shortfall = idle = risk = hours = idle_kwh = busy_kwh = None
+        figures: dict[str, float | None] = dict.fromkeys(
+            ("shortfall_gpu_hours", "idle_gpu_hours", "queue_risk", "queue_hours",
+             "idle_energy_kwh", "busy_energy_kwh"))
         if cap is not None:
-            shortfall = float(expected_above(levels, values, cap).sum() * step_h)
+            short = float(expected_above(levels, values, cap).sum() * step_h)
             idle = float(expected_below(levels, values, cap).sum() * step_h)
-            risk = float(p_exceed.max())
-            hours = float(p_exceed.sum() * step_h)
-            busy = float(demand.sum() * step_h) - shortfall  # E[min(D, c)]
-            idle_kwh = idle * watts.idle / 1000.0
-            busy_kwh = max(busy, 0.0) * watts.busy / 1000.0
-        rows.append(CapacityRow(
+            busy = float(demand.sum() * step_h) - short  # E[min(D, c)]
+            figures.update(shortfall_gpu_hours=short, idle_gpu_hours=idle,
+                           queue_risk=float(p_exceed.max()),
+                           queue_hours=float(p_exceed.sum() * step_h),
+                           idle_energy_kwh=idle * watts.idle / 1000.0,
+                           busy_energy_kwh=max(busy, 0.0) * watts.busy / 1000.0)
+        what = "GPUs in use" if metric != "gpu_demand" else "demand (no gpus_in_use series)"
+        peak = float(needed.max())
+        reason = (f"p{round(quantile * 100, 6):g} of {what} peaks at {float(in_use.max()):,.1f}"
+                  f" + {why_queue} = {peak:,.1f} needed")
+        if cap is not None:
+            reason += f"; capacity {cap:,.1f}: headroom {cap - peak:+,.1f}"
+        sized.append(dict(
             cluster=cluster, scope=scope, series_id=str(sid), model=str(group["model"].iloc[0]),
             start=ts[0].to_pydatetime(),
             end=(ts[-1] + pd.Timedelta(seconds=freq_s)).to_pydatetime(),
-            quantile=float(quantile), gpus_needed=peak, mean_peak=float(group["mean"].max()),
+            quantile=float(quantile), gpus_needed=peak, in_use_needed=float(in_use.max()),
+            queue_allowance=float(allowance), mean_peak=float(group["mean"].max()),
             demand_gpu_hours=float(demand.sum() * step_h),
             reserved_gpu_hours=float(group["reserved"].sum() * step_h), growth=float(growth),
-            capacity=cap, capacity_source=(capacity_source or {}).get(scope) if cap is not None
-            else None,
-            shortfall_gpu_hours=shortfall, queue_risk=risk, queue_hours=hours,
-            idle_gpu_hours=idle, idle_energy_kwh=idle_kwh, busy_energy_kwh=busy_kwh,
-            action=advice.action, add_gpus=advice.add_gpus, lend_gpus=advice.lend_gpus,
-            release_gpus=advice.release_gpus, recommendation=advice.text))
+            capacity=cap, capacity_source=(capacity_source or {}).get(scope)
+            if cap is not None else None, headroom=None if cap is None else cap - peak,
+            reason=reason, **figures))
         steps.append(pd.DataFrame({
             SERIES_ID: str(sid), "scope": scope, TS: ts, "needed": needed,
-            "mean": group["mean"].to_numpy(), "reserved": group["reserved"].to_numpy(),
+            "mean": group["mean"].to_numpy() + allowance, "reserved": group["reserved"].to_numpy(),
             "capacity": np.nan if cap is None else cap, "p_exceed": p_exceed}))
+    hours = len(steps[0]) * step_h
+    advice, moves = advise({r["scope"]: r["gpus_needed"] for r in sized},
+                           {r["scope"]: r["capacity"] for r in sized}, hours=hours,
+                           recent_peak=recent_peak)
+    vcs = [r for r in sized if r["capacity"] is not None and r["scope"] != ALL_SCOPE
+           and not r["scope"].startswith(GPU_TYPE_PREFIX)]
+    rows = []
+    for record in sized:
+        a = advice[record["scope"]]
+        if vcs and (record["scope"] == ALL_SCOPE or a.text.startswith("all the cluster")):
+            record["reason"] += (f"; the advice is the net of the VCs' plans (they need "
+                                 f"{sum(r['gpus_needed'] for r in vcs):,.1f} of "
+                                 f"{sum(r['capacity'] for r in vcs):,.1f} GPUs)")
+        rows.append(CapacityRow(**record, action=a.action, add_gpus=a.add_gpus,
+                                lend_gpus=a.lend_gpus, release_gpus=a.release_gpus,
+                                borrow_gpus=a.borrow_gpus, net_gpus=a.net_gpus,
+                                recommendation=a.text))
     return CapacityPlan(cluster=cluster, quantile=float(quantile), freq_s=int(freq_s),
                         watts=watts, rows=tuple(rows),
-                        steps=pd.concat(steps, ignore_index=True), forecast=adjusted)
+                        steps=pd.concat(steps, ignore_index=True), forecast=adjusted,
+                        moves=moves)

@@ -111,6 +111,17 @@ class Forecast:
 
 
 @dataclass(frozen=True)
+class CapacityMove:
+    """GPUs one VC lends another for the window, before anything is added."""
+
+    from_scope: str
+    to_scope: str
+    gpus: int
+    hours: float
+    text: str
+
+
+@dataclass(frozen=True)
 class CapacityRow:
     """GPUs one scope needs over the window at the planning quantile, against capacity."""
 
@@ -133,6 +144,12 @@ class CapacityRow:
     queue_risk: float | None = None
     idle_energy_kwh: float | None = None
     busy_energy_kwh: float | None = None
+    in_use_needed: float | None = None
+    queue_allowance: float = 0.0
+    headroom: float | None = None
+    borrow_gpus: int = 0
+    net_gpus: int = 0
+    reason: str = ""
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> CapacityRow:
@@ -291,13 +308,28 @@ class PrismClient:
         model: str | None = None,
     ) -> list[CapacityRow]:
         """GPUs needed per scope over the horizon at the quantile, against capacity."""
+        return self.capacity_plan(cluster, scope=scope, horizon=horizon, quantile=quantile,
+                                  model=model)[0]
+
+    def capacity_plan(
+        self,
+        cluster: str,
+        *,
+        scope: str | None = None,
+        horizon: str = "1d",
+        quantile: float = 0.95,
+        model: str | None = None,
+    ) -> tuple[list[CapacityRow], list[CapacityMove]]:
+        """The capacity rows and the moves between VCs that come before any purchase."""
         query = {"cluster": cluster, "horizon": horizon, "quantile": f"{quantile:g}"}
         if scope:
             query["scope"] = scope
         if model:
             query["model"] = model
         data = self._request("GET", "/v1/capacity", params=query).json()
-        return [CapacityRow.from_json(r) for r in data["rows"]]
+        return ([CapacityRow.from_json(r) for r in data["rows"]],
+                [CapacityMove(**{k: m[k] for k in CapacityMove.__dataclass_fields__})
+                 for m in data.get("moves", [])])
 
     def capacity_report(self, *, cluster: str | None = None, horizon: str = "1d",
                         quantile: float = 0.95, model: str | None = None) -> str:

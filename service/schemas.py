@@ -176,6 +176,8 @@ class ForecastQuery(BaseModel):
                            examples=["0.5,0.9,0.99"])
     model: ModelAlias | None = None
     param: list[Param] = Field(default_factory=list)
+    save: bool = Field(default=False, description="save a model fitted with ad-hoc params to "
+                       "the registry (models of the default params are always saved)")
 
     @field_validator("quantiles")
     @classmethod
@@ -232,6 +234,8 @@ class ForecastRequest(_WithParams):
     quantiles: list[Quantile] = Field(default_factory=lambda: [0.5, 0.9, 0.99],
                                       min_length=1, max_length=99)
     model: ModelAlias | None = None
+    save: bool = Field(default=False, description="save a model fitted with ad-hoc params to "
+                       "the registry (models of the default params are always saved)")
 
 
 
@@ -356,22 +360,28 @@ class CapacityStepOut(BaseModel):
 
 
 class CapacityRowOut(BaseModel):
-    """GPUs one scope needs over the window, against its capacity, and the advice."""
+    """GPUs one scope needs over the window, against its capacity, the advice and why."""
 
     cluster: str
     scope: str
-    series_id: str
+    series_id: str = Field(description="the series the scope is sized on (GPUs in use)")
     model: str
     start: UtcTime
     end: UtcTime
     quantile: float
-    gpus_needed: float = Field(description="peak over the window of the demand at the quantile")
-    mean_peak: float
+    gpus_needed: float = Field(description="in_use_needed + queue_allowance")
+    in_use_needed: float = Field(description="peak over the window of the GPUs in use at the "
+                                 "quantile")
+    queue_allowance: float = Field(description="the mean queued GPUs forecast over the window, "
+                                   "at most the queue's recent peak")
+    mean_peak: float = Field(description="peak of the mean forecast of GPUs in use")
     demand_gpu_hours: float = Field(description="expected GPU-hours of demand")
     reserved_gpu_hours: float = Field(description="GPU-hours the reservations add")
     growth: float
     capacity: float | None
-    capacity_source: str | None = Field(description="file, store (capacity-csv) or samples")
+    capacity_source: str | None = Field(description="file, store (capacity-csv), samples or "
+                                        "cluster (the cluster's, of one GPU type)")
+    headroom: float | None = Field(description="capacity - gpus_needed (negative: short)")
     shortfall_gpu_hours: float | None = Field(description="expected GPU-hours above capacity")
     queue_risk: float | None = Field(description="largest per-step probability that demand "
                                      "exceeds capacity")
@@ -379,16 +389,33 @@ class CapacityRowOut(BaseModel):
     idle_gpu_hours: float | None = Field(description="expected GPU-hours of idle capacity")
     idle_energy_kwh: float | None
     busy_energy_kwh: float | None
-    action: Literal["add", "lend", "release", "release+lend", "keep", "unknown"]
+    action: Literal["add", "release", "keep", "unknown", "borrow", "lend", "borrow+add",
+                    "lend+release"] = Field(description="add and release are the cluster's "
+                                            "net; a VC's are its part of it")
     add_gpus: int
     lend_gpus: int
     release_gpus: int
+    borrow_gpus: int
+    net_gpus: int = Field(description="the change of the scope's GPUs; the VCs' add up to the "
+                          "cluster's")
     recommendation: str
+    reason: str = Field(description="the peak forecast, quantile, queue allowance and headroom "
+                        "behind the advice")
     steps: list[CapacityStepOut] | None = None
 
 
+class MoveOut(BaseModel):
+    """GPUs one VC lends another for the window, before anything is added."""
+
+    from_scope: str
+    to_scope: str
+    gpus: int
+    hours: float
+    text: str
+
+
 class CapacityOut(BaseModel):
-    """The capacity table of a cluster."""
+    """The capacity table of a cluster and the moves between its VCs."""
 
     cluster: str
     horizon: str
@@ -396,6 +423,7 @@ class CapacityOut(BaseModel):
     watts_idle: float
     watts_busy: float
     rows: list[CapacityRowOut]
+    moves: list[MoveOut] = Field(default_factory=list)
 
 
 class ReportQuery(BaseModel):

@@ -57,7 +57,11 @@ def test_point_forecast_has_exact_shortfall_idle_and_energy() -> None:
     assert row.demand_gpu_hours == pytest.approx(60.0)
     assert row.idle_energy_kwh == pytest.approx(20 * 50 / 1000)
     assert row.busy_energy_kwh == pytest.approx((60 - 5) * 250 / 1000)  # served: min(D, 25)
-    assert (row.action, row.add_gpus, row.recommendation) == ("add", 5, "add 5 GPUs")
+    # a lone VC: the cluster adds what it lacks, and the VC takes them
+    assert (row.action, row.add_gpus, row.net_gpus) == ("add", 5, 5)
+    assert row.recommendation == "take 5 of the GPUs the cluster adds"
+    assert (row.in_use_needed, row.queue_allowance, row.headroom) == (30, 0, -5)
+    assert "p95 of demand" in row.reason and "no queue series" in row.reason
     assert row.capacity_source == "file"
     assert row.end - row.start == pd.Timedelta("3h")
     assert plan.steps["needed"].tolist() == [10.0, 20.0, 30.0]
@@ -140,24 +144,22 @@ def test_growth_and_reservations_move_every_quantile() -> None:
 
 
 @pytest.mark.parametrize(("needed", "capacity", "recent", "expected"), [
-    (30.2, 25.0, None, ("add", 6, 0, 0, "add 6 GPUs")),
-    (24.5, 25.0, None, ("keep", 0, 0, 0, "keep")),
-    (20.0, 30.0, None, ("lend", 0, 10, 0, "lend 10 GPUs for the window")),
-    (20.0, 30.0, 30.0, ("lend", 0, 10, 0, "lend 10 GPUs for the window")),
-    (20.0, 30.0, 28.0, ("release+lend", 0, 8, 2,
-                        "release 2 GPUs and lend 8 more for the window")),
-    (20.0, 30.0, 19.0, ("release", 0, 0, 10, "release 10 GPUs")),
-    (60.0, 100.0, 80.0, ("release+lend", 0, 20, 20,
-                         "release 20 GPUs and lend 20 more for the window")),
-    (5.0, None, None, ("unknown", 0, 0, 0, None)),
+    (30.2, 25.0, None, ("add", 6, 0, "add 6 GPUs")),
+    (24.5, 25.0, None, ("keep", 0, 0, "keep")),
+    (20.0, 30.0, None, ("keep", 0, 0, "keep")),  # spare, but no history to release on
+    (20.0, 30.0, 30.0, ("keep", 0, 0, "keep")),  # used over the recent history
+    (20.0, 30.0, 28.0, ("release", 0, 2, "release 2 GPUs")),
+    (20.0, 30.0, 19.0, ("release", 0, 10, "release 10 GPUs")),
+    (5.0, None, None, ("unknown", 0, 0, None)),
 ])
-def test_recommendations(needed: float, capacity: float | None, recent: float | None,
-                         expected: tuple[str, int, int, int, str | None]) -> None:
+def test_recommendations_of_a_scope_on_its_own(
+        needed: float, capacity: float | None, recent: float | None,
+        expected: tuple[str, int, int, str | None]) -> None:
     advice = recommend(needed, capacity, recent_peak=recent)
-    assert (advice.action, advice.add_gpus, advice.lend_gpus, advice.release_gpus) == \
-        expected[:4]
-    if expected[4] is not None:
-        assert advice.text == expected[4]
+    assert (advice.action, advice.add_gpus, advice.release_gpus) == expected[:3]
+    assert advice.net_gpus == advice.add_gpus - advice.release_gpus
+    if expected[3] is not None:
+        assert advice.text == expected[3]
     else:
         assert "capacity unknown" in advice.text
 

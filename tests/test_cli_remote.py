@@ -99,9 +99,19 @@ def test_capacity_forecast_refit_report_and_export(
     db, _ = served
     assert main(["--db", db, "capacity", "--cluster", CLUSTER, "--horizon", "6h",
                  "--json"]) == 0
-    rows = json.loads(capsys.readouterr().out)
+    plan = json.loads(capsys.readouterr().out)
+    rows = plan["rows"]
     assert {r["scope"] for r in rows} >= {"all"}
     assert all(r["gpus_needed"] >= 0 for r in rows)
+    vcs = [r for r in rows if r["scope"].startswith("vc-")]
+    assert sum(r["net_gpus"] for r in vcs) == next(
+        r["net_gpus"] for r in rows if r["scope"] == "all")
+    assert all(m["gpus"] > 0 for m in plan["moves"])
+    assert main(["--db", db, "capacity", "--cluster", CLUSTER, "--horizon", "6h"]) == 0
+    text = capsys.readouterr().out
+    assert "why:" in text and "queue allowance" in text
+    assert main(["--db", db, "capacity", "--cluster", CLUSTER, "--refit"]) != 0
+    assert "through the server" in capsys.readouterr().err
 
     out = tmp_path / "fc.csv"
     assert main(["--db", db, "forecast", SERIES, "--horizon", "1h", "--quantiles", "0.5,0.9",

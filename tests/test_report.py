@@ -45,8 +45,13 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return db
 
 
+def _models(db: Path) -> tuple[str, str]:
+    """A registry beside the store (never ./models)."""
+    return ("--models-dir", str(db.parent / "models"))
+
+
 def _capacity_json(db: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> dict:
-    code = main(["--db", str(db), "capacity", "--cluster", "lab", "--horizon", "6h",
+    code = main(["--db", str(db), "capacity", *_models(db), "--cluster", "lab", "--horizon", "6h",
                  "--quantile", "0.9", "--model", "naive", "--json", *extra])
     captured = capsys.readouterr()
     assert code == 0, captured.err
@@ -75,7 +80,7 @@ def test_capacity_cli_plans_the_forecast_prism_forecast_writes(
             assert got[field] == pytest.approx(getattr(row, field), rel=1e-6, abs=1e-9), field
         assert len(got["steps"]) == 36
         assert got["steps"][0]["ts"].startswith("2026-01-14")
-    assert main(["--db", str(lab), "capacity", "--cluster", "lab", "--horizon", "6h",
+    assert main(["--db", str(lab), "capacity", *_models(lab), "--cluster", "lab", "--horizon", "6h",
                  "--model", "naive"]) == 0
     table = capsys.readouterr().out
     assert "vc1" in table and "vc2" in table and "needed p95" in table
@@ -106,7 +111,7 @@ def test_capacity_cli_what_if_and_overrides(lab: Path, tmp_path: Path,
 def test_capacity_cli_errors_name_the_input(lab: Path, tmp_path: Path,
                                             capsys: pytest.CaptureFixture[str]) -> None:
     def fails(*args: str) -> str:
-        assert main(["--db", str(lab), "capacity", "--model", "naive", *args]) == 1
+        assert main(["--db", str(lab), "capacity", *_models(lab), "--model", "naive", *args]) == 1
         return capsys.readouterr().err
 
     assert "no series for cluster 'nope'; the store has lab" in fails("--cluster", "nope")
@@ -130,8 +135,8 @@ def test_report_cli_shows_plans_backtests_and_stays_self_contained(
     printed = capsys.readouterr().out
     assert "planning backtest" in printed and "static peak" in printed
     output = tmp_path / "report.html"
-    assert main(["--db", str(lab), "report", "--output", str(output), "--model", "naive",
-                 "--horizon", "6h"]) == 0
+    assert main(["--db", str(lab), "report", *_models(lab), "--output", str(output),
+                 "--model", "naive", "--horizon", "6h"]) == 0
     assert "wrote" in capsys.readouterr().out
     html = output.read_text()
     assert "Cluster lab" in html and "lab / vc1" in html and "lab / vc2" in html
@@ -157,9 +162,11 @@ def test_report_cli_shows_plans_backtests_and_stays_self_contained(
 
 
 def test_report_errors(lab: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["--db", str(lab), "report", "--output", str(tmp_path / "r.txt")]) == 1
+    assert main(["--db", str(lab), "report", *_models(lab), "--output",
+                 str(tmp_path / "r.txt")]) == 1
     assert ".html" in capsys.readouterr().err
-    assert main(["--db", str(lab), "report", "--output", str(tmp_path / "no" / "r.html")]) == 1
+    assert main(["--db", str(lab), "report", *_models(lab), "--output",
+                 str(tmp_path / "no" / "r.html")]) == 1
     assert "does not exist" in capsys.readouterr().err
 
 
@@ -173,7 +180,7 @@ def test_an_empty_report_says_so() -> None:
 def test_report_pdf(lab: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     chromium.require()
     output = tmp_path / "report.html"
-    assert main(["--db", str(lab), "report", "--output", str(output), "--model", "naive",
-                 "--horizon", "6h", "--pdf"]) == 0, capsys.readouterr().err
+    assert main(["--db", str(lab), "report", *_models(lab), "--output", str(output),
+                 "--model", "naive", "--horizon", "6h", "--pdf"]) == 0, capsys.readouterr().err
     pdf = output.with_suffix(".pdf").read_bytes()
     assert pdf.startswith(b"%PDF") and pdf.count(b"/Type /Page") >= 2

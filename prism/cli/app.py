@@ -26,6 +26,7 @@ from rich.progress import (
 )
 
 from prism import __version__, usecases
+from prism.cli import planning
 from prism.cli.common import err as _err
 from prism.cli.common import out as _out
 from prism.cli.common import pairs as _pairs
@@ -37,7 +38,6 @@ from prism.errors import ConfigError, PrismError
 from prism.schema import FILL_POLICIES
 
 if TYPE_CHECKING:
-    from prism.capacity import Watts
     from prism.store import Store
     from prism.usecases.batch import BatchJob
 
@@ -129,6 +129,17 @@ def _cmd_series_export(args: argparse.Namespace) -> int:
     with usecases.open_store(args.db, must_exist=True) as store:
         result = export_panel(store, args.output, series_ids=args.series)
     _out.print(f"wrote {result.rows:,} rows of {result.series} series to {result.path}")
+    return 0
+
+
+def _cmd_series_rederive(args: argparse.Namespace) -> int:
+    from prism.usecases.series import rederive_cluster
+
+    with usecases.open_store(args.db, must_exist=True) as store:
+        done = rederive_cluster(store, args.cluster, freq=args.freq, fill=args.fill)
+    _out.print(f"re-derived {done.series:,} series of {done.cluster} ({done.points:,} points) "
+               f"at {done.freq} (was {done.previous_freq}), fill {done.fill}; its cached "
+               "forecasts were dropped", markup=False)
     return 0
 
 
@@ -293,113 +304,18 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
             store, done, horizon=args.horizon, windows=args.windows, quantiles=quantiles,
             accuracy=args.summary, planning=args.planning)
     if scores.accuracy is not None:
-        _print_summary(scores.accuracy, args)
+        planning.print_summary(scores.accuracy, args)
     if scores.planning is not None:
-        _print_planning(scores.planning, f"planning backtest ({scores.planning_run_id}): one "
-                        f"level per series and block, set from each {args.horizon} forecast")
+        planning.print_planning(
+            scores.planning, f"planning backtest ({scores.planning_run_id}): one level per "
+            f"series and block, set from each {args.horizon} forecast")
     return 0
-
-
-def _print_planning(table: pd.DataFrame, title: str) -> None:
-    shown = table.copy()
-    shown["saved"] = (shown.pop("saved_share") * 100).round(1).astype(str) + " %"
-    shown["unmet"] = (shown.pop("unmet_share") * 100).round(2).astype(str) + " %"
-    shown = shown.drop(columns=["model", "quantile", "demand_gpu_hours"])
-    for col in ("idle_gpu_hours", "unmet_gpu_hours"):
-        shown[col] = shown[col].round(1)
-    _out.print(_table(shown, title=title))
-
-
-def _print_summary(table: pd.DataFrame, args: argparse.Namespace) -> None:
-    shown = [c for c in table.columns if not c.startswith("pinball_")
-             and c not in ("model", "mase_undefined", "burst_steps")]
-    # one column per model, one row per metric: readable with many metrics
-    wide = table.set_index("model")[shown].T.astype(float).round(4)
-    _out.print(_table(wide.reset_index(names="metric"), title=f"backtest: horizon "
-                      f"{args.horizon}, {args.windows} windows (means over windows)"))
 
 
 def _positive_int(text: str) -> int:
     if not text.isdigit() or int(text) < 1:
         raise ConfigError(f"--refit {text!r}: use 'always' or a number of cutoffs >= 1")
     return int(text)
-
-
-def _watts(text: str | None) -> Watts | None:
-    from prism.capacity import parse_watts
-
-    return parse_watts(text) if text else None
-
-
-def _cmd_capacity(args: argparse.Namespace) -> int:
-    from prism.capacity import read_capacity_table, read_reservations
-    from prism.usecases.capacity import plan_cluster_capacity
-    from prism.usecases.files import write_frame
-    from prism.usecases.forecast import FittedModel
-
-    source = FittedModel(args.model, _pairs(args.param, "--param"))
-    capacities = read_capacity_table(args.capacity) if args.capacity else None
-    reservations = read_reservations(args.reservations) if args.reservations else []
-    with (_err.status(f"forecasting {args.cluster} with {args.model} ...", spinner="dots"),
-          usecases.open_store(args.db, must_exist=True) as store):
-        plan = plan_cluster_capacity(
-            store, args.cluster, source, scope=args.scope, horizon=args.horizon,
-            quantile=args.quantile, capacity_table=capacities, reservations=reservations,
-            growth=args.growth, watts=_watts(args.watts_per_gpu))
-    if args.output:
-        path = write_frame(plan.steps, args.output)
-        _err.print(f"wrote the GPUs needed at each step ({len(plan.steps):,} rows) to {path}",
-                   markup=False)
-    if args.json:
-        import json
-
-        _out.print_json(json.dumps({
-            "cluster": plan.cluster, "horizon": args.horizon, "quantile": plan.quantile,
-            "watts_idle": plan.watts.idle, "watts_busy": plan.watts.busy,
-            "rows": plan.records(steps=args.steps)},
-            default=lambda v: v.isoformat() if hasattr(v, "isoformat") else str(v)))
-        return 0
-    table = plan.table()
-    start, end = plan.rows[0].start, plan.rows[0].end
-    cols = ["scope", "gpus_needed", "mean_peak", "capacity", "shortfall_gpu_hours",
-            "queue_risk", "idle_gpu_hours", "idle_energy_kwh", "busy_energy_kwh",
-            "recommendation"]
-    shown = table[cols].rename(columns={
-        "gpus_needed": f"needed p{plan.quantile * 100:g}", "shortfall_gpu_hours": "short GPU-h",
-        "idle_gpu_hours": "idle GPU-h", "idle_energy_kwh": "idle kWh",
-        "busy_energy_kwh": "busy kWh"})
-    for col in shown.columns:
-        if pd.api.types.is_float_dtype(shown[col]):
-            shown[col] = shown[col].round(3 if col == "queue_risk" else 1)
-    _out.print(_table(shown, title=f"{plan.cluster}: {start:%Y-%m-%d %H:%M} to "
-                      f"{end:%Y-%m-%d %H:%M} UTC ({plan.rows[0].model})"))
-    extras = []
-    if args.growth != 1.0:
-        extras.append(f"growth x{args.growth:g}")
-    reserved = sum(r.reserved_gpu_hours for r in plan.rows)
-    if reserved:
-        extras.append(f"reservations {reserved:,.1f} GPU-h")
-    _out.print(f"energy at {plan.watts.idle:g} W idle / {plan.watts.busy:g} W busy per GPU"
-               + (f"; {', '.join(extras)}" if extras else ""))
-    return 0
-
-
-def _cmd_report(args: argparse.Namespace) -> int:
-    from prism.capacity import read_capacity_table
-    from prism.usecases.forecast import FittedModel
-    from prism.usecases.report import capacity_report
-
-    source = FittedModel(args.model, _pairs(args.param, "--param"))
-    capacities = read_capacity_table(args.capacity) if args.capacity else None
-    with (_err.status("building the capacity report ...", spinner="dots"),
-          usecases.open_store(args.db, must_exist=True) as store):
-        result = capacity_report(
-            store, source, clusters=args.cluster, horizon=args.horizon,
-            quantile=args.quantile, capacity_table=capacities, watts=_watts(args.watts_per_gpu),
-            output=args.output, pdf=args.pdf)
-    _out.print(f"wrote {result.path} ({', '.join(result.clusters) or 'no cluster'})"
-               + (f" and {result.pdf}" if result.pdf else ""))
-    return 0
 
 
 def _cmd_models_aliases(args: argparse.Namespace) -> int:
@@ -422,6 +338,22 @@ def _cmd_models_list(args: argparse.Namespace) -> int:
         _out.print("no saved models (save one with prism forecast ... --save)")
     else:
         _out.print(_table(frame, title="saved models"))
+    return 0
+
+
+def _cmd_models_prune(args: argparse.Namespace) -> int:
+    from prism.usecases.forecast import prune_models
+
+    removed = prune_models(args.models_dir, keep=args.keep, dry_run=args.dry_run)
+    verb = "would remove" if args.dry_run else "removed"
+    if args.json:
+        _out.print_json(removed.drop(columns=["path"], errors="ignore").to_json(
+            orient="records", date_format="iso"))
+    elif removed.empty:
+        _out.print(f"nothing to prune: each series keeps its {args.keep} newest models per alias")
+    else:
+        _out.print(_table(removed.drop(columns=["path"], errors="ignore"),
+                          title=f"{verb} {len(removed)} models"))
     return 0
 
 
@@ -578,6 +510,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", required=True, help="FILE.csv or FILE.parquet")
     p.add_argument("--series", action="append", help="a series id (repeatable; default all)")
     p.set_defaults(func=_cmd_series_export)
+    p = ssub.add_parser("rederive", help="re-derive a cluster's series at another --freq (or "
+                        "--fill) from the jobs and samples the store holds")
+    p.add_argument("--cluster", required=True)
+    p.add_argument("--freq", help="the new bucket width, e.g. 1h (>= 1min; default: as now)")
+    p.add_argument("--fill", choices=FILL_POLICIES,
+                   help="gap policy of sampled series (default: as now)")
+    p.set_defaults(func=_cmd_series_rederive)
 
     p = sub.add_parser("decompose", help="split a series into primitives, periods and bursts")
     p.add_argument("series_id")
@@ -651,6 +590,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--models-dir", type=Path, default=None)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_models_list)
+    p = msub.add_parser("prune", help="remove saved models but the newest of each series and "
+                        "alias (a server holding the registry keeps the models it loaded)")
+    p.add_argument("--models-dir", type=Path, default=None,
+                   help="the model registry (default: $PRISM_MODELS_DIR or ./models)")
+    p.add_argument("--keep", type=int, default=1,
+                   help="models kept per series and alias, newest first (default 1)")
+    p.add_argument("--dry-run", action="store_true", help="list what would go; remove nothing")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_models_prune)
     p = msub.add_parser("aliases", help="the forecasters PRISM has")
     p.set_defaults(func=_cmd_models_aliases)
 
@@ -686,44 +634,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_datasets_download)
 
-    p = sub.add_parser("capacity", help="GPUs each scope needs, shortfall, idle, advice")
-    p.add_argument("--cluster", required=True)
-    p.add_argument("--scope", help="one scope only (default: every scope with a demand series)")
-    p.add_argument("--horizon", default="1d", help="the planning window (default 1d)")
-    p.add_argument("--quantile", type=float, default=0.95,
-                   help="the planning quantile (default 0.95)")
-    p.add_argument("--model", default="prism", help="the forecaster (default prism)")
-    p.add_argument("--param", action="append", metavar="NAME=VALUE",
-                   help="a model hyperparameter (repeatable)")
-    p.add_argument("--capacity", type=Path, metavar="FILE",
-                   help="CSV scope,gpus[,cluster]: capacities that override the store's")
-    p.add_argument("--reservations", type=Path, metavar="FILE",
-                   help="CSV start,end,gpus,scope[,cluster,name]: known future jobs added on "
-                   "top of the forecast")
-    p.add_argument("--growth", type=float, default=1.0,
-                   help="demand growth factor, e.g. 1.1 for 10%% more (default 1)")
-    p.add_argument("--watts-per-gpu", metavar="IDLE,BUSY",
-                   help="power of one GPU idle and busy in watts (default 60,300)")
-    p.add_argument("--json", action="store_true", help="one JSON object (as GET /v1/capacity)")
-    p.add_argument("--steps", action="store_true", help="with --json: the GPUs needed at "
-                   "each step too")
-    p.add_argument("--output", help="write the GPUs needed at each step to FILE.csv|.parquet"
-                   "|.json")
-    p.set_defaults(func=_cmd_capacity)
-
-    p = sub.add_parser("report", help="the capacity report: one self-contained HTML file")
-    p.add_argument("--output", required=True, help="FILE.html")
-    p.add_argument("--pdf", action="store_true",
-                   help="also print FILE.pdf (needs Chromium: apt-get install chromium)")
-    p.add_argument("--cluster", action="append", help="a cluster (repeatable; default all)")
-    p.add_argument("--horizon", default="1d")
-    p.add_argument("--quantile", type=float, default=0.95)
-    p.add_argument("--model", default="prism")
-    p.add_argument("--param", action="append", metavar="NAME=VALUE")
-    p.add_argument("--capacity", type=Path, metavar="FILE",
-                   help="CSV scope,gpus[,cluster] overriding the store's capacities")
-    p.add_argument("--watts-per-gpu", metavar="IDLE,BUSY", help="default 60,300")
-    p.set_defaults(func=_cmd_report)
+    planning.add_parsers(sub)
 
     p = sub.add_parser("serve", help="serve the REST API (uvicorn, one process)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default "

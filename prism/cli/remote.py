@@ -152,31 +152,46 @@ def run_refit(args: argparse.Namespace, info: ServerInfo) -> int:
 
 
 def run_capacity(args: argparse.Namespace, info: ServerInfo) -> int:
-    if args.capacity or args.reservations or args.output or args.growth != 1.0 or args.param:
+    if (args.capacity or args.reservations or args.output or args.growth != 1.0 or args.param
+            or getattr(args, "refit", False) or getattr(args, "models_dir", None)):
         raise ConfigError("through the server, `prism capacity` takes --scope, --horizon, "
-                          "--quantile and --model; stop the server for the other options")
+                          "--quantile and --model (the server's own saved models); stop the "
+                          "server for the other options")
     with _client(info) as client:
-        rows = client.capacity(args.cluster, scope=args.scope, horizon=args.horizon,
-                               quantile=args.quantile, model=args.model)
+        rows, moves = client.capacity_plan(args.cluster, scope=args.scope,
+                                           horizon=args.horizon, quantile=args.quantile,
+                                           model=args.model)
     frame = pd.DataFrame([vars(r) for r in rows])
     if args.json:
-        out.print_json(frame.to_json(orient="records", date_format="iso"))
+        records = json.loads(frame.to_json(orient="records", date_format="iso"))
+        out.print_json(json.dumps({  # as the local command's (and GET /v1/capacity's)
+            "cluster": args.cluster, "horizon": args.horizon, "quantile": args.quantile,
+            "rows": records, "moves": [vars(m) for m in moves]}))
         return 0
-    cols = ["scope", "gpus_needed", "mean_peak", "capacity", "shortfall_gpu_hours",
-            "queue_risk", "idle_gpu_hours", "recommendation"]
+    q = f"p{args.quantile * 100:g}"
+    cols = ["scope", "in_use_needed", "queue_allowance", "gpus_needed", "capacity", "net_gpus",
+            "shortfall_gpu_hours", "queue_risk", "idle_gpu_hours", "recommendation"]
     shown = frame[cols].rename(columns={
-        "gpus_needed": f"needed p{args.quantile * 100:g}", "shortfall_gpu_hours": "short GPU-h",
-        "idle_gpu_hours": "idle GPU-h"})
+        "in_use_needed": f"in use {q}", "queue_allowance": "queue", "gpus_needed": f"needed {q}",
+        "net_gpus": "net", "shortfall_gpu_hours": "short GPU-h", "idle_gpu_hours": "idle GPU-h"})
     start, end = rows[0].start, rows[0].end
     out.print(table(shown, title=f"{args.cluster}: {start:%Y-%m-%d %H:%M} to "
                     f"{end:%Y-%m-%d %H:%M} UTC (from {info.url})"))
+    if moves:
+        out.print("moves between VCs (before anything is added):")
+        for move in moves:
+            out.print(f"  {move.text}")
+    out.print("why:")
+    for row in rows:
+        out.print(f"  {row.scope}: {row.reason}")
     return 0
 
 
 def run_report(args: argparse.Namespace, info: ServerInfo) -> int:
     from prism.usecases.files import output_path
 
-    if args.pdf or args.capacity or args.param or (args.cluster and len(args.cluster) > 1):
+    if (args.pdf or args.capacity or args.param or (args.cluster and len(args.cluster) > 1)
+            or getattr(args, "refit", False) or getattr(args, "models_dir", None)):
         raise ConfigError("through the server, `prism report` takes one --cluster, --horizon,"
                           " --quantile and --model; stop the server for the other options")
     path = output_path(args.output, (".html", ".htm"))

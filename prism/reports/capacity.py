@@ -45,9 +45,12 @@ logger = logging.getLogger(__name__)
 #: Capacity table columns: (field, heading, decimals or None for text).
 CAPACITY_COLUMNS: tuple[tuple[str, str, int | None], ...] = (
     ("scope", "scope", None),
+    ("in_use_needed", "in use (peak)", 1),
+    ("queue_allowance", "queue allowance", 1),
     ("gpus_needed", "GPUs needed (peak)", 1),
     ("mean_peak", "mean peak", 1),
     ("capacity", "capacity", 1),
+    ("net_gpus", "net change", 0),
     ("shortfall_gpu_hours", "shortfall GPU-h", 1),
     ("queue_risk", "queue risk", 3),
     ("idle_gpu_hours", "idle GPU-h", 1),
@@ -143,7 +146,8 @@ table{border-collapse:collapse;margin:8px 0 16px;font-size:0.86em}
 th,td{border:1px solid #cdd5df;padding:3px 8px;text-align:right;white-space:nowrap}
 th{background:#eef3f9}td.text,th.text{text-align:left}
 td[data-field=recommendation]{white-space:normal;min-width:220px}
-tr.add td{background:#fdecea}tr.lend td,tr.release td,tr.release\\+lend td{background:#eaf6ec}
+tr.add td,tr.borrow\\+add td{background:#fdecea}tr.borrow td{background:#fff6e0}
+tr.lend td,tr.release td,tr.lend\\+release td{background:#eaf6ec}
 .meta{color:#5b6778;font-size:0.9em}.note{color:#8a5a00;font-size:0.9em}
 .grid{display:flex;flex-wrap:wrap;gap:18px;align-items:flex-start}
 img{max-width:100%;height:auto;border:1px solid #e3e8ef}
@@ -195,12 +199,15 @@ def _cluster_html(section: ClusterSection, data: ReportData) -> str:
                    "per GPU.</p>")
     out.append("<h3>Capacity and recommendations</h3>")
     out.append(capacity_table_html(rows, cluster=section.cluster))
-    advice = [r for r in rows if r.action in ("add", "lend", "release", "release+lend")]
-    if advice:
-        out.append("<ul class='advice'>" + "".join(
-            f"<li><b>{escape(r.scope)}</b>: {escape(r.recommendation)}"
-            f" (needs {r.gpus_needed:,.1f} of {_fmt(r.capacity, 1)} GPUs at "
-            f"p{_pct(r.quantile)})</li>" for r in advice) + "</ul>")
+    if plan.moves:
+        out.append("<h4>Moves between VCs (before anything is added)</h4><ul class='moves'>"
+                   + "".join(f"<li data-from='{escape(m.from_scope)}' "
+                             f"data-to='{escape(m.to_scope)}' data-gpus='{m.gpus}'>"
+                             f"{escape(m.text)}</li>" for m in plan.moves) + "</ul>")
+    if rows:
+        out.append("<h4>Why</h4><ul class='advice'>" + "".join(
+            f"<li data-scope='{escape(r.scope)}'><b>{escape(r.scope)}</b>: "
+            f"{escape(r.recommendation)}. {escape(r.reason)}.</li>" for r in rows) + "</ul>")
     out.append("<h3>Planning backtest</h3>")
     if section.planning_note:
         out.append(f"<p class='meta'>{escape(section.planning_note)}</p>")
@@ -331,8 +338,11 @@ def _accuracy_html(data: ReportData) -> str:
 def _definitions_html(data: ReportData) -> str:
     return (
         "<section id='definitions'><h2>How to read this</h2><ul>"
-        "<li><b>GPUs needed</b>: the peak over the window of the demand forecast at the "
-        f"planning quantile (p{_pct(data.quantile)}), growth and reservations included.</li>"
+        "<li><b>GPUs needed</b>: the peak over the window of the forecast of GPUs in use at "
+        f"the planning quantile (p{_pct(data.quantile)}), growth and reservations included, "
+        "plus the <b>queue allowance</b>: the mean queued GPUs forecast over the window (not "
+        "an upper quantile: queued jobs start as GPUs free up), at most the queue's peak over "
+        "the last 7 days.</li>"
         "<li><b>Shortfall GPU-h</b>: expected GPU-hours of demand above capacity (jobs that "
         "queue); <b>queue risk</b>: the largest per-step probability that demand exceeds "
         "capacity. <b>Idle GPU-h</b>: expected GPU-hours of capacity left unused; "
@@ -342,8 +352,10 @@ def _definitions_html(data: ReportData) -> str:
         "(1d or 1h), set before the day from the day-ahead forecast's quantile; idle GPU-hours "
         "= sum of max(level - actual, 0), unmet = sum of max(actual - level, 0) over the "
         "demand; saved = 1 - idle / idle of the static historical peak.</li>"
-        "<li><b>Recommendation</b>: add the GPUs missing at the quantile's peak; spare GPUs "
-        "unused over the recent history too are released, the others lent for the window."
+        "<li><b>Recommendation</b>: VCs short at the quantile first borrow the spare GPUs "
+        "of the others for the window (the moves); only what no VC can lend is added, and "
+        "spare GPUs nobody borrows, unused over the last 7 days too, are released. Add and "
+        "release are the cluster's net (its row); the VCs' <b>net change</b> adds up to it."
         "</li></ul></section>")
 
 

@@ -14,7 +14,14 @@ from prism.usecases import report as report_uc
 from prism.usecases.capacity import plan_cluster_capacity
 from prism.usecases.forecast import HubModels
 from service.deps import ServerDep, StoreDep
-from service.schemas import CapacityOut, CapacityQuery, CapacityRowOut, ErrorOut, ReportQuery
+from service.schemas import (
+    CapacityOut,
+    CapacityQuery,
+    CapacityRowOut,
+    ErrorOut,
+    MoveOut,
+    ReportQuery,
+)
 
 router = APIRouter(prefix="/v1", tags=["capacity"])
 
@@ -28,8 +35,9 @@ _ERRORS: dict[int | str, dict[str, object]] = {
 @router.get("/capacity", response_model=CapacityOut, responses=_ERRORS)
 def capacity(q: Annotated[CapacityQuery, Query()], server: ServerDep,
              store: StoreDep) -> CapacityOut:
-    """GPUs each scope needs over the horizon at the quantile, against its capacity: expected
-    shortfall and idle GPU-hours, queueing risk, energy, and what to do."""
+    """GPUs each scope needs over the horizon (GPUs in use at the quantile plus a queue
+    allowance), against its capacity: expected shortfall and idle GPU-hours, queueing risk,
+    energy, the moves between VCs, and what to do and why."""
     watts = Watts(idle=q.watts_idle, busy=q.watts_busy)
     plan = plan_cluster_capacity(
         store, q.cluster, HubModels(server, q.model, q.params), scope=q.scope,
@@ -39,7 +47,8 @@ def capacity(q: Annotated[CapacityQuery, Query()], server: ServerDep,
     return CapacityOut(cluster=q.cluster, horizon=q.horizon, quantile=q.quantile,
                        watts_idle=watts.idle, watts_busy=watts.busy,
                        rows=[CapacityRowOut.model_validate(r)
-                             for r in plan.records(steps=q.steps)])
+                             for r in plan.records(steps=q.steps)],
+                       moves=[MoveOut.model_validate(m) for m in plan.move_records()])
 
 
 #: The report answers HTML, its errors JSON: say so, or the errors would be documented as

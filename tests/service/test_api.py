@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from prism.config import Settings
 from prism.store import Store
 from service.app import create_app
-from tests.service.conftest import SERIES, Trace, make_settings
+from tests.service.conftest import SERIES, Trace, make_settings, started
 
 #: The quantile levels a capacity plan asks for (prism.capacity.DISTRIBUTION_LEVELS).
 GRID = [0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.975, 0.99]
@@ -194,19 +194,36 @@ def test_capacity_equals_the_arithmetic_on_the_forecast(client: TestClient,
     assert plan.status_code == 200
     [row] = plan.json()["rows"]
     levels = sorted({*GRID, 0.95})
+    quantiles = ",".join(f"{q:g}" for q in levels)
     fc = client.get("/v1/forecast", params={
-        "series_id": "cluster-0/vc-27a/gpu_demand", "horizon": "6h",
-        "quantiles": ",".join(f"{q:g}" for q in levels)}).json()
+        "series_id": "cluster-0/vc-27a/gpus_in_use", "horizon": "6h",
+        "quantiles": quantiles}).json()
     assert fc["cached"] is True  # the same forecast the plan used
-    bands = np.array([fc["bands"][f"p{q * 100:g}"] for q in levels])  # (levels, steps)
-    # an independent quadrature of the quantile function (linear between levels, flat
-    # beyond): 40,000 slices of probability
+    queued = client.get("/v1/forecast", params={
+        "series_id": "cluster-0/vc-27a/gpus_pending", "horizon": "6h",
+        "quantiles": quantiles}).json()
+    first = pd.Timestamp(fc["ts"][0]).tz_convert(None)
+    seen = client.get("/v1/series/values", params={
+        "series_id": "cluster-0/vc-27a/gpus_pending",
+        "start": f"{first - pd.Timedelta('7D')}Z", "end": f"{first}Z"}).json()
+    # the queue allowance: the mean queued GPUs forecast over the window, at most the
+    # queue's peak over the last 7 days (never an upper quantile of in use + queue)
+    allowance = min(float(np.mean(np.clip(queued["mean"], 0, None))),
+                    max(p["value"] for p in seen["points"]))
+    assert row["series_id"] == "cluster-0/vc-27a/gpus_in_use"
+    assert row["queue_allowance"] == pytest.approx(allowance, abs=1e-3)
+    p95 = np.array(fc["bands"]["p95"])
+    assert row["in_use_needed"] == pytest.approx(p95.max())
+    assert row["gpus_needed"] == pytest.approx(p95.max() + row["queue_allowance"])
+    assert [s["needed"] for s in row["steps"]] == pytest.approx(p95 + row["queue_allowance"])
+    assert row["headroom"] == pytest.approx(gpus - row["gpus_needed"])
+    assert "queue allowance" in row["reason"] and "p95 of GPUs in use" in row["reason"]
+    # the distribution planned is the in-use quantile function shifted by the allowance
+    bands = np.array([fc["bands"][f"p{q * 100:g}"] for q in levels]) + row["queue_allowance"]
     u = (np.arange(40_000) + 0.5) / 40_000
     draws = np.array([np.interp(u, levels, bands[:, t]) for t in range(bands.shape[1])])
     hours = 600 / 3600
     assert row["capacity"] == gpus and row["capacity_source"] == "store"
-    assert row["gpus_needed"] == pytest.approx(max(fc["bands"]["p95"]))
-    assert [s["needed"] for s in row["steps"]] == pytest.approx(fc["bands"]["p95"])
     assert row["mean_peak"] == pytest.approx(max(fc["mean"]))
     assert row["shortfall_gpu_hours"] == pytest.approx(
         np.maximum(draws - gpus, 0).mean(axis=1).sum() * hours, rel=1e-3, abs=1e-6)
@@ -215,23 +232,35 @@ def test_capacity_equals_the_arithmetic_on_the_forecast(client: TestClient,
     assert row["queue_risk"] == pytest.approx((draws > gpus).mean(axis=1).max(), abs=1e-3)
     assert row["idle_energy_kwh"] == pytest.approx(row["idle_gpu_hours"] * 60 / 1000)
     assert row["start"] == fc["ts"][0] and row["end"] == "2026-01-12T05:50:00Z"
-    need = row["gpus_needed"]
-    if need > gpus:
-        assert row["recommendation"] == f"add {int(np.ceil(need - gpus))} GPUs"
-    else:
-        assert row["lend_gpus"] + row["release_gpus"] == int(np.floor(gpus - need))
-    first = pd.Timestamp(fc["ts"][0]).tz_convert(None)
     held = f"vc-27a,{first + pd.Timedelta('5min')},{first + pd.Timedelta('15min')},6"
     grown = client.get("/v1/capacity", params={
         "cluster": "cluster-0", "scope": "vc-27a", "horizon": "6h", "quantile": 0.95,
         "growth": 2, "reservation": held}).json()
     # 6 GPUs over half of each of the first two steps: 3 more GPUs in each, 1 GPU-hour
-    p95 = fc["bands"]["p95"]
-    assert grown["rows"][0]["gpus_needed"] == pytest.approx(
-        max([2 * p95[0] + 3, 2 * p95[1] + 3] + [2 * v for v in p95[2:]]))
+    grown_in_use = [2 * p95[0] + 3, 2 * p95[1] + 3] + [2 * v for v in p95[2:]]
+    assert grown["rows"][0]["in_use_needed"] == pytest.approx(max(grown_in_use))
     assert grown["rows"][0]["reserved_gpu_hours"] == pytest.approx(6 * hours)
-    every = client.get("/v1/capacity", params={"cluster": "cluster-0"}).json()["rows"]
-    assert {r["scope"] for r in every} == {"gpu:V100", *installed["scope"]}
+    every = client.get("/v1/capacity", params={"cluster": "cluster-0"}).json()
+    rows = {r["scope"]: r for r in every["rows"]}
+    assert set(rows) == {"gpu:V100", *installed["scope"]}
+    # one GPU type: its capacity is the cluster's, and so is its advice
+    assert rows["gpu:V100"]["capacity"] == rows["all"]["capacity"]
+    assert rows["gpu:V100"]["capacity_source"] == "cluster"
+    assert rows["gpu:V100"]["net_gpus"] == rows["all"]["net_gpus"]
+    # moves first; the VCs' net changes add up to the cluster's add or release
+    vcs = [r for s, r in rows.items() if s.startswith("vc-")]
+    assert sum(r["net_gpus"] for r in vcs) == rows["all"]["net_gpus"]
+    for move in every["moves"]:
+        assert rows[move["from_scope"]]["lend_gpus"] > 0
+        assert rows[move["to_scope"]]["borrow_gpus"] > 0
+        assert move["hours"] == 24.0
+    assert every["rows"][0]["action"] in ("add", "release", "keep")
+    bad = client.get("/v1/capacity", params={"cluster": "cluster-0",
+                                             "reservation": "vc-nope,2026-01-12,2026-01-13,4"})
+    assert bad.status_code == 422 and "vc-nope" in bad.json()["detail"]
+    report = client.get("/v1/reports/capacity", params={"horizon": "6h"})
+    assert report.status_code == 200 and report.headers["content-type"].startswith("text/html")
+    assert "cluster-0" in report.text and "vc-27a" in report.text
     bad = client.get("/v1/capacity", params={"cluster": "cluster-0",
                                              "reservation": "vc-nope,2026-01-12,2026-01-13,4"})
     assert bad.status_code == 422 and "vc-nope" in bad.json()["detail"]
@@ -252,9 +281,9 @@ def test_decomposition_finds_the_daily_cycle(client: TestClient) -> None:
 
 def test_a_restart_reuses_the_saved_model_and_the_duckdb_cache(settings: Settings) -> None:
     params = {"series_id": SERIES, "horizon": "1h"}
-    with TestClient(create_app(settings)) as first:
+    with started(create_app(settings)) as first:
         fitted = first.get("/v1/forecast", params=params).json()
-    with TestClient(create_app(settings)) as second:
+    with started(create_app(settings)) as second:
         again = second.get("/v1/forecast", params=params).json()
         text = second.get("/metrics").text
     assert again["model_id"] == fitted["model_id"] and again["cached"] is True
@@ -274,7 +303,7 @@ def test_a_model_saved_by_the_cli_serves_every_series(trace: Trace, tmp_path: Pa
     with usecases.open_store(settings.db, must_exist=True) as store:
         saved = forecast_series(store, None, horizon="1h", quantiles=[0.5], model="naive",
                                 save=True, models_dir=settings.models_dir)
-    with TestClient(create_app(settings)) as client:
+    with started(create_app(settings)) as client:
         for sid in (SERIES, "cluster-0/vc-l10/gpus_in_use"):
             fc = client.get("/v1/forecast", params={"series_id": sid, "horizon": "1h",
                                                     "quantiles": "0.5"}).json()
@@ -286,12 +315,12 @@ def test_a_model_saved_by_the_cli_serves_every_series(trace: Trace, tmp_path: Pa
 
 def test_cors_is_off_by_default_and_on_when_configured(settings: Settings) -> None:
     headers = {"Origin": "https://scheduler.example", "Access-Control-Request-Method": "GET"}
-    with TestClient(create_app(settings)) as client:
+    with started(create_app(settings)) as client:
         plain = client.get("/healthz", headers={"Origin": "https://scheduler.example"})
         assert "access-control-allow-origin" not in plain.headers
         assert client.options("/v1/series", headers=headers).status_code == 405
     allowed = settings.model_copy(update={"cors_origins": ["https://scheduler.example"]})
-    with TestClient(create_app(allowed)) as client:
+    with started(create_app(allowed)) as client:
         pre = client.options("/v1/series", headers=headers)
         assert pre.status_code == 200
         assert pre.headers["access-control-allow-origin"] == "https://scheduler.example"

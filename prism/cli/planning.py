@@ -1,0 +1,206 @@
+"""``prism capacity`` and ``prism report``, and the tables ``prism backtest`` prints.
+
+Both plan with the newest saved model of each series by default (as the API does), fit one
+only with ``--refit`` or when there is none (and say so on stderr), so that the CLI, the API
+and the report give one set of numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pandas as pd
+
+from prism import usecases
+from prism.cli.common import err as _err
+from prism.cli.common import out as _out
+from prism.cli.common import pairs as _pairs
+from prism.cli.common import table as _table
+
+if TYPE_CHECKING:
+    from prism.capacity import CapacityPlan, Watts
+    from prism.usecases.capacity import SavedModels
+
+
+def print_planning(table: pd.DataFrame, title: str) -> None:
+    """The planning backtest table (``prism backtest --planning``)."""
+    shown = table.copy()
+    shown["saved"] = (shown.pop("saved_share") * 100).round(1).astype(str) + " %"
+    shown["unmet"] = (shown.pop("unmet_share") * 100).round(2).astype(str) + " %"
+    shown = shown.drop(columns=["model", "quantile", "demand_gpu_hours"])
+    for col in ("idle_gpu_hours", "unmet_gpu_hours"):
+        shown[col] = shown[col].round(1)
+    _out.print(_table(shown, title=title))
+
+
+def print_summary(table: pd.DataFrame, args: argparse.Namespace) -> None:
+    """The accuracy table (``prism backtest --summary``): one column per model."""
+    shown = [c for c in table.columns if not c.startswith("pinball_")
+             and c not in ("model", "mase_undefined", "burst_steps")]
+    # one column per model, one row per metric: readable with many metrics
+    wide = table.set_index("model")[shown].T.astype(float).round(4)
+    _out.print(_table(wide.reset_index(names="metric"), title=f"backtest: horizon "
+                      f"{args.horizon}, {args.windows} windows (means over windows)"))
+
+
+def _watts(text: str | None) -> Watts | None:
+    from prism.capacity import parse_watts
+
+    return parse_watts(text) if text else None
+
+
+def _source(args: argparse.Namespace) -> SavedModels:
+    from prism.usecases.capacity import SavedModels
+
+    return SavedModels(args.model, _pairs(args.param, "--param"), models_dir=args.models_dir,
+                       refit=args.refit)
+
+
+def _notes(source: SavedModels) -> None:
+    for note in source.notes:
+        _err.print(f"note: {note}", markup=False)
+
+
+def _cmd_capacity(args: argparse.Namespace) -> int:
+    """``prism capacity``: the plan of a cluster, its moves and the reasons."""
+    from prism.capacity import read_capacity_table, read_reservations
+    from prism.usecases.capacity import plan_cluster_capacity
+    from prism.usecases.files import write_frame
+
+    source = _source(args)
+    capacities = read_capacity_table(args.capacity) if args.capacity else None
+    reservations = read_reservations(args.reservations) if args.reservations else []
+    with (_err.status(f"forecasting {args.cluster} with {args.model} ...", spinner="dots"),
+          usecases.open_store(args.db, must_exist=True) as store):
+        plan = plan_cluster_capacity(
+            store, args.cluster, source, scope=args.scope, horizon=args.horizon,
+            quantile=args.quantile, capacity_table=capacities, reservations=reservations,
+            growth=args.growth, watts=_watts(args.watts_per_gpu))
+    _notes(source)
+    if args.output:
+        path = write_frame(plan.steps, args.output)
+        _err.print(f"wrote the GPUs needed at each step ({len(plan.steps):,} rows) to {path}",
+                   markup=False)
+    if args.json:
+        import json
+
+        _out.print_json(json.dumps({
+            "cluster": plan.cluster, "horizon": args.horizon, "quantile": plan.quantile,
+            "model": source.label, "watts_idle": plan.watts.idle,
+            "watts_busy": plan.watts.busy, "rows": plan.records(steps=args.steps),
+            "moves": plan.move_records()},
+            default=lambda v: v.isoformat() if hasattr(v, "isoformat") else str(v)))
+        return 0
+    print_plan(plan, growth=args.growth)
+    return 0
+
+
+def print_plan(plan: CapacityPlan, *, growth: float = 1.0) -> None:
+    """The capacity table, the moves between VCs and each row's reason."""
+    table = plan.table()
+    start, end = plan.rows[0].start, plan.rows[0].end
+    q = f"p{plan.quantile * 100:g}"
+    cols = ["scope", "in_use_needed", "queue_allowance", "gpus_needed", "capacity",
+            "net_gpus", "shortfall_gpu_hours", "queue_risk", "idle_gpu_hours",
+            "idle_energy_kwh", "recommendation"]
+    shown = table[cols].rename(columns={
+        "in_use_needed": f"in use {q}", "queue_allowance": "queue", "gpus_needed": f"needed {q}",
+        "net_gpus": "net", "shortfall_gpu_hours": "short GPU-h", "idle_gpu_hours": "idle GPU-h",
+        "idle_energy_kwh": "idle kWh"})
+    for col in shown.columns:
+        if pd.api.types.is_float_dtype(shown[col]):
+            shown[col] = shown[col].round(3 if col == "queue_risk" else 1)
+    _out.print(_table(shown, title=f"{plan.cluster}: {start:%Y-%m-%d %H:%M} to "
+                      f"{end:%Y-%m-%d %H:%M} UTC ({plan.rows[0].model})"))
+    if plan.moves:
+        _out.print("moves between VCs (before anything is added):")
+        for move in plan.moves:
+            _out.print(f"  {move.text}")
+    _out.print("why:")
+    for row in plan.rows:
+        _out.print(f"  {row.scope}: {row.reason}")
+    extras = []
+    if growth != 1.0:
+        extras.append(f"growth x{growth:g}")
+    reserved = sum(r.reserved_gpu_hours for r in plan.rows)
+    if reserved:
+        extras.append(f"reservations {reserved:,.1f} GPU-h")
+    _out.print(f"energy at {plan.watts.idle:g} W idle / {plan.watts.busy:g} W busy per GPU"
+               + (f"; {', '.join(extras)}" if extras else ""))
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    """``prism report``: the capacity report as one HTML file (and a PDF)."""
+    from prism.capacity import read_capacity_table
+    from prism.usecases.report import capacity_report
+
+    source = _source(args)
+    capacities = read_capacity_table(args.capacity) if args.capacity else None
+    with (_err.status("building the capacity report ...", spinner="dots"),
+          usecases.open_store(args.db, must_exist=True) as store):
+        result = capacity_report(
+            store, source, clusters=args.cluster, horizon=args.horizon,
+            quantile=args.quantile, capacity_table=capacities, watts=_watts(args.watts_per_gpu),
+            output=args.output, pdf=args.pdf)
+    _notes(source)
+    _out.print(f"wrote {result.path} ({', '.join(result.clusters) or 'no cluster'})"
+               + (f" and {result.pdf}" if result.pdf else ""))
+    return 0
+
+
+def _model_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default="prism", help="the forecaster (default prism)")
+    p.add_argument("--param", action="append", metavar="NAME=VALUE",
+                   help="a model hyperparameter (repeatable)")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--from-model", dest="refit", action="store_false",
+                   help="forecast with the newest saved model of each series, as the API does "
+                   "(the default; a series without one is fitted now, and the model saved)")
+    g.add_argument("--refit", dest="refit", action="store_true",
+                   help="fit the model now on the cluster's series (and save it)")
+    p.add_argument("--models-dir", type=Path, default=None,
+                   help="the model registry (default: $PRISM_MODELS_DIR or ./models)")
+    p.set_defaults(refit=False)
+
+
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``capacity`` and ``report`` to the ``prism`` parser (their functions keep the names
+    ``_cmd_capacity`` and ``_cmd_report``: the dispatcher and :mod:`prism.cli.remote` know
+    the commands by them)."""
+    p = sub.add_parser("capacity", help="GPUs each scope needs, moves between VCs, advice")
+    p.add_argument("--cluster", required=True)
+    p.add_argument("--scope", help="show one scope only (the whole cluster is planned)")
+    p.add_argument("--horizon", default="1d", help="the planning window (default 1d)")
+    p.add_argument("--quantile", type=float, default=0.95,
+                   help="the planning quantile of GPUs in use (default 0.95)")
+    _model_flags(p)
+    p.add_argument("--capacity", type=Path, metavar="FILE",
+                   help="CSV scope,gpus[,cluster]: capacities that override the store's")
+    p.add_argument("--reservations", type=Path, metavar="FILE",
+                   help="CSV start,end,gpus,scope[,cluster,name]: known future jobs added on "
+                   "top of the forecast")
+    p.add_argument("--growth", type=float, default=1.0,
+                   help="demand growth factor, e.g. 1.1 for 10%% more (default 1)")
+    p.add_argument("--watts-per-gpu", metavar="IDLE,BUSY",
+                   help="power of one GPU idle and busy in watts (default 60,300)")
+    p.add_argument("--json", action="store_true", help="one JSON object (as GET /v1/capacity)")
+    p.add_argument("--steps", action="store_true", help="with --json: the GPUs needed at "
+                   "each step too")
+    p.add_argument("--output", help="write the GPUs needed at each step to FILE.csv|.parquet"
+                   "|.json")
+    p.set_defaults(func=_cmd_capacity)
+
+    p = sub.add_parser("report", help="the capacity report: one self-contained HTML file")
+    p.add_argument("--output", required=True, help="FILE.html")
+    p.add_argument("--pdf", action="store_true",
+                   help="also print FILE.pdf (needs Chromium: apt-get install chromium)")
+    p.add_argument("--cluster", action="append", help="a cluster (repeatable; default all)")
+    p.add_argument("--horizon", default="1d")
+    p.add_argument("--quantile", type=float, default=0.95)
+    _model_flags(p)
+    p.add_argument("--capacity", type=Path, metavar="FILE",
+                   help="CSV scope,gpus[,cluster] overriding the store's capacities")
+    p.add_argument("--watts-per-gpu", metavar="IDLE,BUSY", help="default 60,300")
+    p.set_defaults(func=_cmd_report)
