@@ -14,6 +14,10 @@ fitted on each series (a batch refit saves one model per chunk of series).
 on separate series, held as one) is saved and served like any model: its ``meta.json`` names
 the alias and hyperparameters of the models it holds.
 
+**Pruning.** :func:`prune_models` removes the models that newer ones replace: each series
+keeps the ``keep`` newest models of each alias fitted on it (the registry's notion of "the
+model of a series": :func:`newest_for_series`), so the newest is never removed.
+
 Loading checks the sha256 of ``model.pkl`` against ``meta.json``, so a truncated or altered
 file is refused. Pickle runs code when it loads: load models only from a registry you trust
 (the checksum guards against corruption, not against an attacker who can write both files).
@@ -28,6 +32,7 @@ import os
 import pickle
 import platform
 import secrets
+import shutil
 import tempfile
 from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
@@ -269,3 +274,55 @@ def load_model(root: str | Path, name: str) -> tuple[BaseForecaster, ModelRecord
     if not isinstance(model, BaseForecaster):
         raise ConfigError(f"{path} does not hold a PRISM forecaster")
     return model, record
+
+
+def prune_models(root: str | Path, *, keep: int = 1, dry_run: bool = False
+                 ) -> list[ModelRecord]:
+    """Remove the models that newer models of the same alias replace on all their series.
+
+    A model stays while it is one of the ``keep`` newest models of its alias (any
+    hyperparameters) fitted on any one of its series; the newest model of each series and
+    alias always stays. Folders that are not readable models are left alone.
+
+    Args:
+        root: the registry.
+        keep: models kept per series and alias.
+        dry_run: remove nothing, only say what would be removed.
+
+    Returns:
+        The models removed (or that would be), newest first.
+
+    Raises:
+        ConfigError: for ``keep`` below 1, or a model folder that cannot be removed.
+    """
+    if keep < 1:
+        raise ConfigError(f"keep={keep}: keep at least the newest model of each series "
+                          "(keep=1)")
+    kept: dict[tuple[str, str], int] = {}
+    removed: list[ModelRecord] = []
+    for record in list_models(root):  # newest first
+        counts = [kept.get((record.alias, sid), 0) for sid in record.series_ids]
+        if counts and min(counts) >= keep:
+            removed.append(record)
+            continue
+        for sid in record.series_ids:
+            kept[(record.alias, sid)] = kept.get((record.alias, sid), 0) + 1
+    if not dry_run:
+        for record in removed:
+            _remove(Path(root), record)
+    return removed
+
+
+def _remove(root: Path, record: ModelRecord) -> None:
+    """Delete a model's folder: renamed away first, so that no reader sees half of it."""
+    folder = Path(record.path)
+    if folder.resolve().parent.parent != root.resolve():
+        raise ConfigError(f"{folder} is not a model folder of the registry at {str(root)!r}")
+    doomed = folder.with_name(f".pruned-{folder.name}")
+    try:
+        os.replace(folder, doomed)
+        shutil.rmtree(doomed)
+    except OSError as exc:
+        raise ConfigError(f"cannot remove {str(folder)!r} from the model registry: {exc}; "
+                          "check its permissions") from exc
+    logger.info("pruned %s (%s)", record.model_id, folder)

@@ -11,7 +11,8 @@ import pytest
 
 from prism.errors import ConfigError
 from prism.forecasters import get_forecaster
-from prism.registry import list_models, load_model, save_model
+from prism.registry import ModelRecord, list_models, load_model, prune_models, save_model
+from prism.usecases.forecast import prune_models as prune_registry
 
 
 @pytest.fixture
@@ -63,3 +64,56 @@ def test_altered_or_unknown_models_are_refused(tmp_path: Path, panel: pd.DataFra
     meta = Path(record.path) / "meta.json"
     meta.write_text(json.dumps({"format": "other"}))
     assert list_models(tmp_path) == []  # unreadable entries are skipped, not fatal
+
+
+def _saved_at(model: object, root: Path, created: str) -> ModelRecord:
+    """Save a model as if at ``created`` (saves within one second would tie)."""
+    record = save_model(model, root)  # type: ignore[arg-type]
+    meta = Path(record.path) / "meta.json"
+    meta.write_text(json.dumps({**json.loads(meta.read_text()), "created": created}))
+    return record
+
+
+def test_prune_keeps_the_newest_models_of_each_series(tmp_path: Path,
+                                                      panel: pd.DataFrame) -> None:
+    one = panel[panel["series_id"] == "c/vc0/gpus_in_use"]
+    naive, average = get_forecaster("naive"), get_forecaster("window_average")
+    oldest = _saved_at(naive.fit(panel), tmp_path, "2026-03-01T00:00:00+00:00")
+    both = _saved_at(naive.fit(panel), tmp_path, "2026-03-02T00:00:00+00:00")
+    newest = _saved_at(naive.fit(one), tmp_path, "2026-03-03T00:00:00+00:00")
+    other = _saved_at(average.fit(panel), tmp_path, "2026-03-01T00:00:00+00:00")
+    everything = {r.model_id for r in list_models(tmp_path)}
+    # keep 2: vc1 has only two naive models, so the oldest still serves it
+    assert prune_models(tmp_path, keep=2) == []
+    planned = prune_models(tmp_path, dry_run=True)
+    assert [r.model_id for r in planned] == [oldest.model_id]
+    assert {r.model_id for r in list_models(tmp_path)} == everything  # a dry run
+    removed = prune_registry(tmp_path)
+    assert list(removed["model_id"]) == [oldest.model_id]
+    assert list(removed["path"]) == [oldest.path] and not Path(oldest.path).exists()
+    assert {r.model_id for r in list_models(tmp_path)} == {both.model_id, newest.model_id,
+                                                           other.model_id}
+    assert prune_models(tmp_path) == []  # the newest of each series and alias stays
+    _, again = load_model(tmp_path, "naive")
+    assert again.model_id == newest.model_id
+    with pytest.raises(ConfigError, match="keep at least the newest"):
+        prune_models(tmp_path, keep=0)
+
+
+def test_models_prune_command(tmp_path: Path, panel: pd.DataFrame,
+                              capsys: pytest.CaptureFixture[str]) -> None:
+    from prism.cli import main
+
+    naive = get_forecaster("naive")
+    old = _saved_at(naive.fit(panel), tmp_path, "2026-03-01T00:00:00+00:00")
+    new = _saved_at(naive.fit(panel), tmp_path, "2026-03-02T00:00:00+00:00")
+    assert main(["models", "prune", "--models-dir", str(tmp_path), "--dry-run"]) == 0
+    assert "would remove 1 models" in capsys.readouterr().out
+    assert Path(old.path).exists()
+    assert main(["models", "prune", "--models-dir", str(tmp_path), "--json"]) == 0
+    assert [r["model_id"] for r in json.loads(capsys.readouterr().out)] == [old.model_id]
+    assert not Path(old.path).exists() and Path(new.path).exists()
+    assert main(["models", "prune", "--models-dir", str(tmp_path)]) == 0
+    assert "nothing to prune" in capsys.readouterr().out
+    assert main(["models", "prune", "--models-dir", str(tmp_path), "--keep", "0"]) != 0
+    assert "keep at least the newest" in capsys.readouterr().err

@@ -11,6 +11,15 @@ annotation names (``d: int | None = None`` takes ``d=1`` as the number 1):
 - text as it is otherwise;
 - ``none`` (any case) is ``None`` where the parameter may be ``None`` (its default is, or its
   annotation allows it).
+
+**Limits.** Hyperparameters that come from a request to the API are bounded
+(``typed_params(..., bounded=True)``): :data:`PARAM_LIMITS` holds, per forecaster, the
+smallest and largest value of each parameter whose cost grows with it (iterations, rows,
+epochs, sizes, windows). A number is compared with ``least``/``most`` (an integer given to a
+duration-or-steps parameter is a number of steps), a duration with ``longest``, each item of a
+sequence on its own; ``none`` is refused where it lifts the bound (ARIMA's whole-series
+``fit_window``).
+The CLI fits on the user's own machine and is not bounded.
 """
 
 from __future__ import annotations
@@ -18,31 +27,95 @@ from __future__ import annotations
 import collections.abc
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 from prism.errors import ConfigError
 from prism.forecasters import FORECASTERS
+from prism.schema import parse_duration
 
-__all__ = ["typed_params"]
+__all__ = ["PARAM_LIMITS", "Limit", "check_limits", "typed_params"]
 
 _TRUE = ("true", "1", "yes")
 _FALSE = ("false", "0", "no")
 
 
-def typed_params(alias: str, params: dict[str, str]) -> dict[str, object]:
+@dataclass(frozen=True)
+class Limit:
+    """The range a request may give one hyperparameter (``None``: no bound on that side).
+
+    Attributes:
+        least: the smallest number.
+        most: the largest number (for a duration, the most steps it may be given as).
+        longest: the longest duration, e.g. ``1w``.
+        none: whether ``None`` may be given (not where it means "unbounded").
+    """
+
+    least: float | None = None
+    most: float | None = None
+    longest: str | None = None
+    none: bool = True
+
+
+#: A duration given as a number of steps is bounded as if the steps were 10 minutes long.
+_STEP_S = 600
+
+
+def _count(most: float | None = None, least: float = 1) -> Limit:
+    """A count (iterations, rows, epochs, sizes) from ``least`` to ``most``."""
+    return Limit(least=least, most=most)
+
+
+def _span(longest: str, *, none: bool = True) -> Limit:
+    """A duration up to ``longest``, or as many 10-minute steps (``none``: may be ``None``)."""
+    steps = parse_duration(longest).total_seconds() // _STEP_S
+    return Limit(least=1, most=steps, longest=longest, none=none)
+
+
+#: Per forecaster alias, the range of each hyperparameter whose cost grows with it, for the
+#: requests of the API (the defaults and ``test_params()`` are well inside). One table:
+#: change a bound here.
+PARAM_LIMITS: dict[str, dict[str, Limit]] = {
+    "seasonal_naive": {"season": _span("8w")},
+    "window_average": {"window": _span("8w")},
+    "time_of_day_quantile": {"lookback": _span("26w")},
+    "ets": {"season": _span("1w"), "fit_window": _span("26w")},
+    "arima": {"max_p": _count(5, least=0), "max_d": _count(2, least=0),
+              "max_q": _count(5, least=0), "d": _count(2, least=0),
+              "seasonal_order": _count(2, least=0), "season": _span("1w"),
+              "fit_window": _span("8w", none=False), "time_budget": Limit(least=0.1, most=60)},
+    "theta": {"season": _span("1w")},
+    "mstl": {"periods": _span("2w"), "iterate": _count(10), "jump": _count()},
+    "gbm": {"max_iter": _count(1000), "max_rows": _count(100_000),
+            "max_leaf_nodes": _count(255, least=2), "min_samples_leaf": _count(),
+            "n_jobs": _count(4), "max_horizon": _span("1w")},
+    "prism": {"lookback": _span("1w"), "horizon": _span("1w"), "n_atoms": _count(64),
+              "sparsity": _count(8), "stack_window": _span("4w"),
+              "combiner_window": _span("4w"), "combiner_trim_horizon": _span("1w"),
+              "rnn_hidden_size": _count(256), "rnn_epochs": _count(50)},
+    "gru": {"lookback": _span("2w"), "horizon": _span("2w"), "resolution": _span("1w"),
+            "hidden_size": _count(256), "num_layers": _count(4), "epochs": _count(50),
+            "batch_size": _count(1024), "patience": _count(20), "max_windows": _count(4096)},
+}
+PARAM_LIMITS["lstm"] = PARAM_LIMITS["gru"]
+
+
+def typed_params(alias: str, params: dict[str, str], *, bounded: bool = False
+                 ) -> dict[str, object]:
     """Hyperparameters given as text, converted to the type of each one (module docstring).
 
     Args:
         alias: the forecaster's alias; an unknown alias gets its parameters back as they are
             (:func:`~prism.forecasters.get_forecaster` names the known aliases).
         params: parameter name -> its value as text.
+        bounded: also check the values against :data:`PARAM_LIMITS` (requests to the API).
 
     Returns:
         Parameter name -> typed value, ready for ``get_forecaster(alias, **typed)``.
 
     Raises:
-        ConfigError: for a parameter the forecaster does not take (listing those it does), or
-            a value that is not of the parameter's type.
+        ConfigError: for a parameter the forecaster does not take (listing those it does), a
+            value that is not of the parameter's type, or (``bounded``) one out of its range.
     """
     if alias not in FORECASTERS:
         return dict(params)  # get_forecaster names the known aliases
@@ -58,7 +131,69 @@ def typed_params(alias: str, params: dict[str, str]) -> dict[str, object]:
             takes = ", ".join(sorted(defaults)) or "none"
             raise ConfigError(f"{alias} has no parameter {name!r}; it takes: {takes}")
         out[name] = _typed(name, text, defaults[name], hints.get(name))
+    if bounded:
+        check_limits(alias, out)
     return out
+
+
+def check_limits(alias: str, params: Mapping[str, object]) -> None:
+    """Check typed hyperparameters against :data:`PARAM_LIMITS`.
+
+    Args:
+        alias: the forecaster's alias (one without limits passes).
+        params: parameter name -> typed value.
+
+    Raises:
+        ConfigError: naming the parameter, its value and the limit it is past.
+    """
+    limits = PARAM_LIMITS.get(alias, {})
+    for name, value in params.items():
+        limit = limits.get(name)
+        if limit is None:
+            continue
+        if value is None:
+            if not limit.none:
+                raise ConfigError(f"{alias} parameter {name}=none lifts its limit; a request "
+                                  f"may give {_describe(limit)}")
+            continue
+        items = value if isinstance(value, tuple | list) else (value,)
+        for item in items:
+            _check_item(alias, name, value, item, limit)
+
+
+def _check_item(alias: str, name: str, value: object, item: object, limit: Limit) -> None:
+    """One value (or item of a sequence) against its limit."""
+    shown = ",".join(map(str, value)) if isinstance(value, tuple | list) else str(value)
+    what = f"{alias} parameter {name}={shown}"
+    if isinstance(item, str) and item.strip().isdigit():
+        item = int(item)  # a duration given as steps
+    if isinstance(item, bool):
+        return
+    if isinstance(item, int | float):
+        if limit.least is not None and item < limit.least:
+            raise ConfigError(f"{what} is out of range: a request may give at least "
+                              f"{limit.least:,g}")
+        if limit.most is not None and item > limit.most:
+            raise ConfigError(f"{what} is out of range: a request may give at most "
+                              f"{limit.most:,g}{' steps' if limit.longest else ''}")
+    elif isinstance(item, str) and limit.longest is not None:
+        try:
+            longer = parse_duration(item) > parse_duration(limit.longest)
+        except ConfigError as exc:
+            raise ConfigError(f"{what}: {exc}") from None
+        if longer:
+            raise ConfigError(f"{what} is out of range: a request may give at most "
+                              f"{limit.longest}")
+
+
+def _describe(limit: Limit) -> str:
+    """A limit in words: ``1 to 1,000``, ``at most 1w (or 1,008 steps)``."""
+    if limit.longest is not None:
+        return f"at most {limit.longest} (or {limit.most:,g} steps)"
+    if limit.most is not None:
+        return f"{limit.least:,g} to {limit.most:,g}" if limit.least is not None else (
+            f"at most {limit.most:,g}")
+    return f"at least {limit.least:,g}"
 
 
 def _typed(name: str, text: str, default: object, hint: object) -> object:

@@ -7,7 +7,9 @@ S with model M over horizon H at quantiles Q" quickly and consistently:
   already in memory; the newest model of the same alias and hyperparameters in the registry
   (``models/``) that was fitted on the series (one fitted by ``prism forecast --all --save``
   serves all its series; ``prism refit`` saves one per chunk of series); or a new one, fitted
-  on demand on the series alone and saved to the registry, so a restart reuses it.
+  on demand on the series alone and saved to the registry, so a restart reuses it (a model
+  of a request's ad-hoc hyperparameters is saved only when the request asks: it serves from
+  memory otherwise).
   ``model`` is an alias plus hyperparameters; its key reads ``prism`` for the defaults, or
   ``prism[use_rnn=false]``.
 - **Data watermark** (:mod:`prism.hub.catalogue`). Each series' watermark is its last
@@ -25,11 +27,14 @@ S with model M over horizon H at quantiles Q" quickly and consistently:
   that arrived (:mod:`prism.hub.scoring`: rolling forecast error, in ``forecast_errors``), and
   the models serving them are updated in the background.
 - **Background work** (:mod:`prism.hub.jobs`). Fits, loads, updates and refits run on a
-  bounded thread pool (``fit_workers`` threads, at most ``fit_queue`` jobs waiting), never on
+  bounded thread pool (``fit_workers`` jobs at once, at most ``fit_queue`` waiting), never on
   a request thread. A request that needs one waits at most ``fit_budget_s`` and then gets
   :class:`~prism.errors.ModelNotReady` (HTTP 503 with ``Retry-After``, from an estimate of the
-  job's remaining time). A refit schedule (``refit_every``) refits models whose parameters
-  are older than that.
+  job's remaining time). A fit still running then moves to an overtime lane of as many slots,
+  so that it holds up no other series' fit. Each fit runs in a child process
+  (:mod:`prism.hub.fitting`) and is killed past ``fit_timeout_s`` per series (the series then
+  answers 422 for a while); closing the hub kills running fits. A refit schedule
+  (``refit_every``) refits models whose parameters are older than that.
 - **Metrics** (:mod:`prism.hub.metrics`): cache answers, job times, data freshness and the
   rolling forecast error, for ``/metrics``.
 

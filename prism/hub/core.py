@@ -42,6 +42,8 @@ logger = logging.getLogger(__name__)
 _DECIMALS = 4
 #: The longest forecast one request may ask for (at 10 min: 138 days).
 MAX_HORIZON_STEPS = 20_000
+#: How long :meth:`ForecastHub.close` waits for its threads (a warm-up fit, the cache writer).
+_CLOSE_S = 5.0
 
 
 class ForecastHub:
@@ -52,13 +54,16 @@ class ForecastHub:
         models_dir: the model registry.
         default_model: alias used when a request names no model.
         fit_budget_s: how long a request waits for a fit, load or update.
-        fit_workers: background threads.
+        fit_workers: jobs that run at once, and as many fits again that run past the fit
+            budget (see :mod:`prism.hub.jobs`).
         fit_queue: the most jobs waiting at once.
         refit_every: refit models older than this duration (``None``: never).
         cache_entries: forecasts kept in memory (0: DuckDB cache only).
         drift_window: scored points per series in the rolling forecast error.
         max_models: models kept in memory; the least recently used leaves first (it reloads
             from the registry when asked again).
+        fit_timeout_s: a fit's time budget per series: past it the fit (in a child process)
+            is killed, and the series answers 422 for a while.
     """
 
     def __init__(
@@ -74,6 +79,7 @@ class ForecastHub:
         cache_entries: int = 4096,
         drift_window: int = 144,
         max_models: int = 512,
+        fit_timeout_s: float = 60.0,
     ) -> None:
         self._store = store
         self._default_model = default_model
@@ -89,7 +95,8 @@ class ForecastHub:
                                metrics=self._metrics, stop=self._stop, workers=fit_workers,
                                queue_limit=fit_queue,
                                refit_s=freq_seconds(refit_every) if refit_every else None,
-                               max_models=max_models)
+                               max_models=max_models, fit_timeout_s=fit_timeout_s,
+                               overtime_after_s=self._budget)
         self._served = ServedLog()
         self._specs: dict[tuple[str, tuple[tuple[str, Any], ...]], ModelSpec] = {}
         self._horizons: dict[tuple[str | int, int], int] = {}
@@ -118,18 +125,26 @@ class ForecastHub:
         return self
 
     def close(self) -> None:
-        """Stop the background threads (running jobs finish; waiting ones are dropped)."""
+        """Stop the background work within a few seconds: waiting jobs are dropped, running
+        fits killed, the cache writer writes what is waiting."""
         self._stop.set()
         self._cache.stop()
         self._jobs.shutdown()
+        deadline = time.monotonic() + _CLOSE_S
         for thread in self._threads:
-            thread.join(timeout=10)
+            thread.join(timeout=max(0.1, deadline - time.monotonic()))
         self._started = False
 
     @property
     def ready(self) -> bool:
-        """Whether :meth:`start` has run and :meth:`close` has not."""
-        return self._started and not self._stop.is_set()
+        """Whether :meth:`start` has run, the default model's warm-up fit has ended (the
+        first request does not pay for the imports) and :meth:`close` has not run."""
+        return self._started and not self._stop.is_set() and self._jobs.warm.is_set()
+
+    def wait_ready(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for :attr:`ready`; whether it is."""
+        self._jobs.warm.wait(timeout)
+        return self.ready
 
     def status(self) -> dict[str, int]:
         """Counts for the readiness probe: ``series``, ``models_loaded``,
@@ -203,6 +218,7 @@ class ForecastHub:
         quantiles: Sequence[float],
         spec: ModelSpec | None = None,
         deadline: float | None = None,
+        save: bool = True,
     ) -> ServedForecast:
         """The forecast of one series, from the cache when it can.
 
@@ -213,6 +229,8 @@ class ForecastHub:
             spec: the model (default: the hub's default model).
             deadline: ``time.monotonic()`` by which a fit or update must be done (default:
                 now + the fit budget).
+            save: save a model fitted for it to the registry (false: it serves from memory
+                only, until it leaves memory or the server stops).
 
         Raises:
             SeriesNotFound: for an unknown series.
@@ -226,7 +244,7 @@ class ForecastHub:
         spec = spec or self.spec()
         if deadline is None:
             deadline = time.monotonic() + self._budget
-        loaded = self._jobs.wait_ready(series_id, spec, deadline)
+        loaded = self._jobs.wait_ready(series_id, spec, deadline, save=save)
         key = self._key(series_id, spec, loaded, steps, qs)
         hit = self._cache.get(key, spec.alias)
         if hit is not None:
@@ -294,6 +312,7 @@ class ForecastHub:
         horizon: str | int,
         quantiles: Sequence[float],
         spec: ModelSpec | None = None,
+        save: bool = True,
     ) -> list[ServedForecast]:
         """Forecasts of several series; their fits run side by side within one budget.
 
@@ -303,10 +322,11 @@ class ForecastHub:
         spec = spec or self.spec()
         deadline = time.monotonic() + self._budget
         for sid in dict.fromkeys(series_ids):  # start every job first, then wait
-            if self._jobs.ready(sid, spec) is None:
-                self._jobs.job_for(sid, spec)
+            loaded = self._jobs.ready(sid, spec)
+            if loaded is None or (save and not loaded.saved):
+                self._jobs.job_for(sid, spec, save=save)
         return [self.forecast(sid, horizon=horizon, quantiles=quantiles, spec=spec,
-                              deadline=deadline) for sid in series_ids]
+                              deadline=deadline, save=save) for sid in series_ids]
 
     @staticmethod
     def _key(series_id: str, spec: ModelSpec, loaded: LoadedModel, steps: int,

@@ -8,11 +8,25 @@ current data (an ``update``; a refit when the data changed before its end).
 Fits, loads, updates (``sync``) and refits run on a bounded thread pool, never on a request
 thread. A request waits until its deadline and then gets :class:`ModelNotReady`, with an
 estimate of the job's remaining time from past job times.
+
+**Budgets.** The model work of a fit or refit runs in a child process
+(:mod:`prism.hub.fitting`) that is killed past ``fit_timeout_s`` per series; the series then
+answers 422 for a while (``_FAILED_FOR_S``) instead of starting the same fit again. Jobs run
+in two lanes of ``workers`` slots each: a job starts in the first; a fit still running when
+requests stop waiting for it (``overtime_after_s``, the request budget) moves to the second,
+so that one slow or runaway fit cannot keep another series' fit waiting. Closing kills the
+running fits and waits a few seconds at most.
+
+**Saving.** A fit is saved to the registry unless its job is asked not to (the API does not
+save models of ad-hoc hyperparameters unless the request says ``save``); an unsaved model
+serves from memory and is saved when a later request asks for it with ``save``.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
+import secrets
 import threading
 import time
 from collections import OrderedDict
@@ -32,6 +46,7 @@ from prism.errors import ConfigError, DataContractError, ModelNotReady, PrismErr
 from prism.forecasters import get_forecaster
 from prism.forecasters.base import BaseForecaster, clone
 from prism.hub.catalogue import Catalogue
+from prism.hub.fitting import FitProcesses, FitTimedOut
 from prism.hub.metrics import HubMetrics
 from prism.hub.types import LoadedModel, ModelSpec, spec_key
 from prism.schema import SERIES_ID, TS, VALUE
@@ -40,9 +55,38 @@ from prism.store import Store
 logger = logging.getLogger(__name__)
 
 #: What a job is expected to take before any was timed (seconds), for ``Retry-After``.
-_FIRST_GUESS = {"fit": 5.0, "load": 2.0, "sync": 1.0, "refit": 5.0}
+_FIRST_GUESS = {"fit": 5.0, "load": 2.0, "sync": 1.0, "refit": 5.0, "save": 1.0}
+#: How long a series answers 422 after a fit of it ran past its budget (seconds).
+_FAILED_FOR_S = 600.0
+#: How long closing waits for the jobs that run in threads (loads, updates).
+_CLOSE_GRACE_S = 3.0
+#: The warm-up's fit in a child process (the fork server's imports included).
+_WARM_UP_BUDGET_S = 120.0
 
 JobKey = tuple[str, ...]
+
+
+class _Slot:
+    """A running job's place in the two lanes (see the module docstring)."""
+
+    def __init__(self, first: threading.Semaphore, overtime: threading.Semaphore) -> None:
+        self._first = first
+        self._overtime = overtime
+        self._lock = threading.Lock()
+        self.in_overtime = False
+
+    def promote(self) -> bool:
+        """Move to the overtime lane when it has room (freeing a slot of the first lane);
+        whether the job is now there."""
+        with self._lock:
+            if not self.in_overtime and self._overtime.acquire(blocking=False):
+                self.in_overtime = True
+                self._first.release()
+            return self.in_overtime
+
+    def release(self) -> None:
+        with self._lock:
+            (self._overtime if self.in_overtime else self._first).release()
 
 
 class ModelJobs:
@@ -54,15 +98,18 @@ class ModelJobs:
         catalogue: the series and their current watermarks.
         metrics: where job times and refused jobs are recorded.
         stop: set when the hub closes (no new job; the refit schedule ends).
-        workers: background threads.
+        workers: jobs that run at once in each lane (module docstring).
         queue_limit: the most jobs waiting at once.
         refit_s: refit models whose parameters are older than this (``None``: never).
         max_models: models kept in memory (least recently used leaves first).
+        fit_timeout_s: a fit's time budget per series; past it the fit is killed.
+        overtime_after_s: when a running fit moves to the overtime lane.
     """
 
     def __init__(self, store: Store, *, models_dir: Path, catalogue: Catalogue,
                  metrics: HubMetrics, stop: threading.Event, workers: int, queue_limit: int,
-                 refit_s: float | None, max_models: int = 512) -> None:
+                 refit_s: float | None, max_models: int = 512, fit_timeout_s: float = 60.0,
+                 overtime_after_s: float = 2.0) -> None:
         self._store = store
         self._models_dir = models_dir
         self._catalogue = catalogue
@@ -70,7 +117,18 @@ class ModelJobs:
         self._stop = stop
         self._queue_limit = int(queue_limit)
         self.refit_s = refit_s
-        self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="prism-fit")
+        self._fit_timeout_s = float(fit_timeout_s)
+        self._overtime_after_s = float(overtime_after_s)
+        # a thread per slot of both lanes; a job waits for a slot of the first
+        self._executor = ThreadPoolExecutor(max_workers=2 * workers,
+                                            thread_name_prefix="prism-fit")
+        self._first_lane = threading.Semaphore(workers)
+        self._overtime_lane = threading.Semaphore(workers)
+        self._local = threading.local()  # the slot of the job a pool thread runs
+        self._fits = FitProcesses()
+        #: Set once the warm-up has run (or failed): the hub is ready from then on.
+        self.warm = threading.Event()
+        self._failed: dict[tuple[str, str], tuple[float, str]] = {}  # timed-out fits
         self._lock = threading.Lock()  # guards the dicts below; never held while waiting
         self._models: dict[str, LoadedModel] = {}
         self._routes: dict[tuple[str, str], str] = {}  # (series, model key) -> model id
@@ -102,9 +160,15 @@ class ModelJobs:
 
         The first fit in a process imports torch, scikit-learn and scipy and sets torch up
         (about 2 s here); without this the first request for a series without a saved model
-        would pay that on top of its fit and exceed the fit budget.
+        would pay that on top of its fit and exceed the fit budget. The fork server of the
+        fits' child processes starts here too.
         """
         started = time.perf_counter()
+        try:
+            self._fits.start()
+        except Exception as exc:  # the first fit will start it
+            logger.warning("could not start the fit processes' server (%s: %s)",
+                           type(exc).__name__, exc)
         try:
             steps = 144 * 4
             t = np.arange(steps)
@@ -114,10 +178,16 @@ class ModelJobs:
                 VALUE: 40.0 + 20.0 * np.sin(2 * np.pi * t / 144) + (t % 37 == 0) * 10.0,
             })
             get_forecaster(alias).fit(panel).predict(6, (0.5, 0.9))
+            # once in a child too: the fork server's imports end before its first child
+            # starts, and the first request's fit must not wait for them
+            self._fits.fit(get_forecaster(alias), panel, budget_s=_WARM_UP_BUDGET_S,
+                           what=f"the warm-up of {alias}")
         except Exception as exc:  # a warm-up must never take the hub down
             logger.warning("warm-up fit of %s failed (%s: %s); the first fit will be slower",
                            alias, type(exc).__name__, exc)
             return
+        finally:
+            self.warm.set()
         logger.info("warmed up %s in %.1f s", alias, time.perf_counter() - started)
 
     def refit_schedule(self) -> None:
@@ -135,8 +205,13 @@ class ModelJobs:
                     break
 
     def shutdown(self) -> None:
-        """Let running jobs finish; drop the waiting ones."""
-        self._executor.shutdown(wait=True, cancel_futures=True)
+        """Drop the waiting jobs, kill the running fits, and wait at most a few seconds for
+        the jobs that run in threads (loads, updates)."""
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        self._fits.close()
+        with self._lock:
+            running = [f for f in self._jobs.values() if not f.done()]
+        concurrent.futures.wait(running, timeout=_CLOSE_GRACE_S)
 
     def counts(self) -> dict[str, int]:
         """``models_loaded``, ``models_in_registry`` and ``jobs`` (waiting or running)."""
@@ -158,22 +233,36 @@ class ModelJobs:
             return loaded
         return None
 
-    def wait_ready(self, series_id: str, spec: ModelSpec, deadline: float) -> LoadedModel:
+    def wait_ready(self, series_id: str, spec: ModelSpec, deadline: float, *,
+                   save: bool = True) -> LoadedModel:
         """The model of ``(series, spec)`` with the series' current data absorbed, waiting
         for its job until ``deadline`` (``time.monotonic()``).
 
+        Args:
+            series_id: the series.
+            spec: the model.
+            deadline: when to give up waiting.
+            save: save a model fitted now (or fitted unsaved before) to the registry.
+
         Raises:
             ModelNotReady: when the job is not done by the deadline, or the queue is full.
-            DataContractError / ConfigError: when the series cannot be fitted.
+            DataContractError / ConfigError: when the series cannot be fitted (a
+                :class:`~prism.hub.fitting.FitTimedOut` when its fit ran past its budget, for
+                a while after).
         """
         while True:
             loaded = self.ready(series_id, spec)
-            if loaded is not None:
+            if loaded is not None and (loaded.saved or not save):
                 return loaded
-            key, future = self.job_for(series_id, spec)
+            self._check_failed(series_id, spec)
+            key, future = self.job_for(series_id, spec, save=save)
             remaining = deadline - time.monotonic()
             try:
                 future.result(timeout=max(0.0, remaining))
+                if key[0] == "save":  # served even when it could not be saved
+                    loaded = self.ready(series_id, spec)
+                    if loaded is not None:
+                        return loaded
             except FutureTimeout:
                 raise ModelNotReady(
                     f"model {spec.key} for {series_id!r} is being "
@@ -195,8 +284,10 @@ class ModelJobs:
                 raise ModelNotReady(f"model {spec.key} for {series_id!r} is catching up with "
                                     "new data", retry_after=self._eta(key, spec))
 
-    def job_for(self, series_id: str, spec: ModelSpec) -> tuple[JobKey, Future[None]]:
-        """Start (or join) the job that makes the model of ``(series, spec)`` ready.
+    def job_for(self, series_id: str, spec: ModelSpec, *, save: bool = True
+                ) -> tuple[JobKey, Future[None]]:
+        """Start (or join) the job that makes the model of ``(series, spec)`` ready (and
+        saved, with ``save``).
 
         Raises:
             ModelNotReady: when the queue is full or the hub is closing.
@@ -204,14 +295,18 @@ class ModelJobs:
         with self._lock:
             model_id = self._routes.get((series_id, spec.key))
             record = self._index.get((series_id, spec.key))
+            loaded = self._models.get(model_id) if model_id else None
         if model_id is not None:
-            key: JobKey = ("sync", model_id)
+            if save and loaded is not None and not loaded.saved:
+                key: JobKey = ("save", model_id)
+                return key, self._submit(key, self._save_job, model_id)
+            key = ("sync", model_id)
             return key, self._submit(key, self._sync_job, model_id)
         if record is not None:
             key = ("load", record.model_id)
             return key, self._submit(key, self._load_job, record, spec)
         key = ("fit", series_id, spec.key)
-        return key, self._submit(key, self._fit_job, series_id, spec)
+        return key, self._submit(key, self._fit_job, series_id, spec, save)
 
     def refit_series(self, series_ids: Sequence[str], spec: ModelSpec) -> tuple[int, int]:
         """Queue the refit of the models of ``spec`` that serve ``series_ids`` (on their data
@@ -234,7 +329,7 @@ class ModelJobs:
         missing = [sid for sid in series_ids if sid not in covered]
         for sid in missing:
             key = ("fit", sid, spec.key)
-            self._submit(key, self._fit_job, sid, spec)
+            self._submit(key, self._fit_job, sid, spec, True)
         return len(due), len(missing)
 
     def sync_series(self, series_ids: Sequence[str]) -> None:
@@ -255,7 +350,8 @@ class ModelJobs:
             existing = self._jobs.get(key)
             if existing is not None and not existing.done():
                 return existing
-            waiting = sum(not f.running() and not f.done() for f in self._jobs.values())
+            waiting = sum(not f.done() and k not in self._job_started
+                          for k, f in self._jobs.items())
             if waiting >= self._queue_limit:
                 self._metrics.job_rejected()
                 raise ModelNotReady(f"{waiting} model jobs are waiting; retry later",
@@ -264,15 +360,22 @@ class ModelJobs:
                 raise ModelNotReady("the server is shutting down", retry_after=5)
 
             def run() -> None:
+                slot = self._take_slot()
                 with self._lock:
                     self._job_started[key] = time.monotonic()
+                self._local.slot = slot
                 try:
                     fn(*args)
                 finally:
+                    self._local.slot = None
+                    slot.release()
                     with self._lock:
                         self._job_started.pop(key, None)
 
-            future: Future[None] = self._executor.submit(run)
+            try:
+                future: Future[None] = self._executor.submit(run)
+            except RuntimeError:  # the pool closed since the check above
+                raise ModelNotReady("the server is shutting down", retry_after=5) from None
             self._jobs[key] = future
 
         def forget(done: Future[None]) -> None:
@@ -285,12 +388,54 @@ class ModelJobs:
         future.add_done_callback(forget)
         return future
 
+    def _take_slot(self) -> _Slot:
+        """Wait for a slot of the first lane (a job's thread, before it runs).
+
+        Raises:
+            ModelNotReady: when the hub closes meanwhile.
+        """
+        while not self._first_lane.acquire(timeout=0.5):
+            if self._stop.is_set():
+                raise ModelNotReady("the server is shutting down", retry_after=5)
+        slot = _Slot(self._first_lane, self._overtime_lane)
+        if self._stop.is_set():
+            slot.release()
+            raise ModelNotReady("the server is shutting down", retry_after=5)
+        return slot
+
+    def _fit(self, forecaster: BaseForecaster, panel: pd.DataFrame, what: str,
+             n_series: int) -> BaseForecaster:
+        """``forecaster.fit(panel)`` in a child process, under ``fit_timeout_s`` per series;
+        past the request budget the job moves to the overtime lane."""
+        slot: _Slot | None = getattr(self._local, "slot", None)
+        return self._fits.fit(forecaster, panel, what=what,
+                              budget_s=self._fit_timeout_s * max(1, n_series),
+                              overtime_after_s=self._overtime_after_s,
+                              overtime=slot.promote if slot is not None else None)
+
+    def _check_failed(self, series_id: str, spec: ModelSpec) -> None:
+        """Raise again, for a while, the error of a fit of ``(series, spec)`` that ran past
+        its budget, instead of starting it again."""
+        with self._lock:
+            failed = self._failed.get((series_id, spec.key))
+            if failed is not None and failed[0] <= time.monotonic():
+                del self._failed[(series_id, spec.key)]
+                failed = None
+        if failed is not None:
+            raise FitTimedOut(failed[1])
+
+    def _note_failed(self, series_ids: Sequence[str], key: str, exc: FitTimedOut) -> None:
+        until = time.monotonic() + _FAILED_FOR_S
+        with self._lock:
+            for sid in series_ids:
+                self._failed[(sid, key)] = (until, str(exc))
+
     def _eta(self, key: JobKey, spec: ModelSpec) -> float:
         """Seconds until the job ``key`` is likely done."""
         with self._lock:
             expected = self._durations.get((key[0], spec.alias), _FIRST_GUESS[key[0]])
             started = self._job_started.get(key)
-            ahead = sum(not f.running() and not f.done()
+            ahead = sum(not f.done() and k not in self._job_started
                         for k, f in self._jobs.items() if k != key)
         elapsed = time.monotonic() - started if started is not None else 0.0
         return max(1.0, expected - elapsed) + ahead * expected
@@ -326,29 +471,50 @@ class ModelJobs:
         self._used[model_id] = None
         self._used.move_to_end(model_id)
 
-    def _save(self, forecaster: BaseForecaster) -> str:
+    def _save(self, forecaster: BaseForecaster, save: bool = True) -> tuple[str, bool]:
+        """``(model id, saved)``: the registry id of the model saved now, or an id of its own
+        for a model not saved (``save`` false, or the registry cannot be written)."""
+        unsaved = f"{forecaster.alias}-unsaved-{secrets.token_hex(4)}"
+        if not save:
+            return unsaved, False
         try:
             record = registry.save_model(forecaster, self._models_dir)
         except (ConfigError, OSError) as exc:  # serve it anyway; a restart will refit
             logger.warning("could not save %s to the registry: %s", forecaster.alias, exc)
-            return f"{forecaster.alias}-unsaved-{id(forecaster):x}"
+            return unsaved, False
         key = spec_key(record.alias, record.params)
         with self._lock:  # a model that leaves memory reloads from here
             for sid in record.series_ids:
                 self._index[(sid, key)] = record
-        return record.model_id
+        return record.model_id, True
 
-    def _fit_job(self, series_id: str, spec: ModelSpec) -> None:
+    def _fit_job(self, series_id: str, spec: ModelSpec, save: bool) -> None:
         state = self._catalogue.state(series_id)  # the watermark before the data is read
         with self._store.cursor() as cur:
             panel = cur.load_panel([series_id])
         clock = time.perf_counter()
-        forecaster = get_forecaster(spec.alias, **dict(spec.params)).fit(panel)
+        try:
+            forecaster = self._fit(get_forecaster(spec.alias, **dict(spec.params)), panel,
+                                   f"{spec.key} for {series_id!r}", 1)
+        except FitTimedOut as exc:
+            self._note_failed([series_id], spec.key, exc)
+            raise
         self._timed("fit", spec.alias, time.perf_counter() - clock)
-        model_id = self._save(forecaster)
+        model_id, saved = self._save(forecaster, save)
         logger.info("fitted %s for %s as %s", spec.key, series_id, model_id)
         self._publish(LoadedModel(model_id, spec, forecaster, time.time(),
-                                  {series_id: state.watermark}))
+                                  {series_id: state.watermark}, saved))
+
+    def _save_job(self, model_id: str) -> None:
+        """Save a model fitted unsaved (a request asked for it with ``save``)."""
+        with self._lock:
+            loaded = self._models.get(model_id)
+        if loaded is None or loaded.saved:
+            return
+        new_id, saved = self._save(loaded.forecaster)
+        if saved:
+            logger.info("saved %s as %s", model_id, new_id)
+            self._publish(replace(loaded, model_id=new_id, saved=True), replaces=model_id)
 
     def _load_job(self, record: registry.ModelRecord, spec: ModelSpec) -> None:
         clock = time.perf_counter()
@@ -416,12 +582,17 @@ class ModelJobs:
         with self._store.cursor() as cur:
             panel = cur.load_panel(sids)
         clock = time.perf_counter()
-        forecaster = clone(loaded.forecaster).fit(panel)
+        try:
+            forecaster = self._fit(clone(loaded.forecaster), panel,
+                                   f"{loaded.spec.key} ({loaded.model_id})", len(sids))
+        except FitTimedOut as exc:
+            self._note_failed(sids, loaded.spec.key, exc)
+            raise
         self._timed("refit", loaded.spec.alias, time.perf_counter() - clock)
-        model_id = self._save(forecaster)
+        model_id, saved = self._save(forecaster, loaded.saved)
         logger.info("refitted %s as %s", loaded.model_id, model_id)
         self._publish(LoadedModel(model_id, loaded.spec, forecaster, time.time(),
-                                  {s: catalogue[s].watermark for s in sids}),
+                                  {s: catalogue[s].watermark for s in sids}, saved),
                       replaces=loaded.model_id)
 
     def _refit_job(self, model_id: str) -> None:

@@ -140,6 +140,7 @@ class LoadedModel:
         forecaster: the fitted forecaster.
         fitted_at: Unix time its parameters were learned.
         synced: series id -> the watermark its history matches.
+        saved: whether it is in the registry (else it lives in memory only).
     """
 
     model_id: str
@@ -147,6 +148,7 @@ class LoadedModel:
     forecaster: BaseForecaster
     fitted_at: float
     synced: Mapping[str, str]
+    saved: bool = True
 
     @property
     def version(self) -> str:

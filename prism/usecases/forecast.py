@@ -1,6 +1,9 @@
 """Forecasts: from a model fitted now or saved (the CLI), or from the running hub (the API).
 
-``prism forecast`` and ``prism models list``; ``GET|POST /v1/forecast`` and ``/readyz``.
+``prism forecast``, ``prism models list`` and ``prism models prune``; ``GET|POST
+/v1/forecast`` and ``/readyz``. Hyperparameters that reach the hub come from requests: they
+are bounded (:data:`prism.forecasters.params.PARAM_LIMITS`), and a model of ad-hoc
+hyperparameters is not saved to the registry unless the request asks for it.
 
 A **forecast source** is where a use case that needs forecasts (a capacity plan, the capacity
 report) gets them: :class:`FittedModel` fits a forecaster now on the store's series (the CLI),
@@ -27,9 +30,8 @@ if TYPE_CHECKING:
     from prism.config import Settings
     from prism.forecasters.base import BaseForecaster
     from prism.hub import ForecastHub, ServedForecast
+    from prism.registry import ModelRecord
     from prism.store import Store
-
-
 
 
 # -- forecast sources ----------------------------------------------------------------------------
@@ -92,17 +94,19 @@ class HubModels:
     Args:
         hub: the forecast hub.
         model: a forecaster alias (default: the hub's default model).
-        params: its hyperparameters as text, typed as their defaults.
+        params: its hyperparameters as text, typed as their defaults and bounded; models
+            fitted with them are not saved.
 
     Raises:
-        ConfigError: for an unknown model or parameter.
+        ConfigError: for an unknown model or parameter, or one out of its range.
     """
 
     def __init__(self, hub: ForecastHub, model: str | None = None,
                  params: dict[str, str] | None = None) -> None:
         alias = model or hub.spec().alias
         self._hub = hub
-        self._spec = hub.spec(alias, typed_params(alias, params or {}))
+        self._spec = hub.spec(alias, typed_params(alias, params or {}, bounded=True))
+        self._save = not params
 
     @property
     def label(self) -> str:
@@ -113,7 +117,7 @@ class HubModels:
                  levels: list[float]) -> tuple[pd.DataFrame, int]:
         """The hub's forecasts of the series (``store`` is not read: the hub has its own)."""
         served = self._hub.forecast_many(series_ids, horizon=horizon, quantiles=levels,
-                                         spec=self._spec)
+                                         spec=self._spec, save=self._save)
         return pd.concat([f.frame() for f in served], ignore_index=True), served[0].freq_s
 
 
@@ -253,23 +257,58 @@ def _saved_models(store: Store, root: Path, name: str, series_ids: Sequence[str]
     return held, wanted, tuple(sorted(loaded))
 
 
+_MODEL_COLUMNS = ["model_id", "alias", "series", "data_start", "data_end", "version",
+                  "created", "calibration_mae_1step"]
+
+
 def list_models(models_dir: str | Path | None = None) -> pd.DataFrame:
     """The saved models, newest first: id, alias, series, data range, metrics."""
     from prism import registry
 
+    return _model_frame(registry.list_models(_registry(models_dir)))
+
+
+def prune_models(models_dir: str | Path | None = None, *, keep: int = 1,
+                 dry_run: bool = False) -> pd.DataFrame:
+    """Remove the registry models that newer ones of the same alias replace
+    (``prism models prune``): each series keeps the ``keep`` newest models of each alias
+    fitted on it, so the newest model of every series stays.
+
+    Args:
+        models_dir: the registry (default ``PRISM_MODELS_DIR`` or ``./models``).
+        keep: models kept per series and alias (at least 1).
+        dry_run: only say what would be removed.
+
+    Returns:
+        The models removed (or that would be), newest first, as :func:`list_models` lists
+        them, with their ``path``.
+
+    Raises:
+        ConfigError: for ``keep`` below 1.
+    """
+    from prism import registry
+
+    removed = registry.prune_models(_registry(models_dir), keep=keep, dry_run=dry_run)
+    frame = _model_frame(removed)
+    frame["path"] = [r.path for r in removed]
+    return frame
+
+
+def _model_frame(records: Sequence[ModelRecord]) -> pd.DataFrame:
+    """Registry records as the rows :func:`list_models` prints."""
     rows = [{"model_id": r.model_id, "alias": r.alias, "series": len(r.series_ids),
              "data_start": r.data_start, "data_end": r.data_end, "version": r.version,
              "created": r.created,
              "calibration_mae_1step": r.metrics.get("calibration_mae_1step")}
-            for r in registry.list_models(_registry(models_dir))]
-    return pd.DataFrame(rows, columns=["model_id", "alias", "series", "data_start", "data_end",
-                                       "version", "created", "calibration_mae_1step"])
+            for r in records]
+    return pd.DataFrame(rows, columns=_MODEL_COLUMNS)
 
 
 # -- the hub (the API) ---------------------------------------------------------------------------
 def start_hub(store: Store, settings: Settings) -> ForecastHub:
     """A started :class:`~prism.hub.ForecastHub` on ``store`` with the settings' registry,
-    default model, fit budget, workers, refit schedule and cache size.
+    default model, fit budget, workers, refit schedule and cache size (and
+    ``fit_timeout_s``, a fit's time budget per series, where the settings have it).
 
     Raises:
         ConfigError: for a bad ``refit_every`` duration.
@@ -282,6 +321,7 @@ def start_hub(store: Store, settings: Settings) -> ForecastHub:
         fit_queue=settings.fit_queue, refit_every=settings.refit_every,
         cache_entries=settings.forecast_cache_entries, drift_window=settings.drift_window,
         max_models=settings.max_models,
+        fit_timeout_s=settings.fit_timeout_s,
     ).start()
 
 
@@ -303,11 +343,11 @@ def refit_served(hub: ForecastHub, series_ids: Sequence[str] | None, *,
 
     Raises:
         SeriesNotFound: for an unknown series.
-        ConfigError: for a bad model or parameter.
+        ConfigError: for a bad model or parameter, or one out of its range.
         ModelNotReady: when the hub's job queue is full.
     """
     alias = model or hub.spec().alias
-    return hub.refit(series_ids, alias, typed_params(alias, params or {}))
+    return hub.refit(series_ids, alias, typed_params(alias, params or {}, bounded=True))
 
 
 def serve_forecasts(
@@ -318,6 +358,7 @@ def serve_forecasts(
     quantiles: Sequence[float],
     model: str | None = None,
     params: dict[str, str] | None = None,
+    save: bool = False,
 ) -> list[ServedForecast]:
     """Forecasts of stored series from the hub (cached, or fitted on demand).
 
@@ -327,18 +368,25 @@ def serve_forecasts(
         horizon: a duration or a number of steps.
         quantiles: quantile levels.
         model: a forecaster alias (default: the hub's default model).
-        params: hyperparameters as text (``use_rnn=false``), typed as their defaults.
+        params: hyperparameters as text (``use_rnn=false``), typed as their defaults and
+            checked against their limits.
+        save: save a model fitted with ``params`` to the registry (models without
+            ``params`` are always saved, so that a restart reuses them).
 
     Raises:
         SeriesNotFound: for an unknown series.
-        ConfigError: for a bad horizon, quantile, model or parameter.
+        ConfigError: for a bad horizon, quantile, model or parameter, a parameter out of its
+            range, or a fit that ran past its time budget.
         ModelNotReady: when a model is still being fitted or updated.
     """
     alias = model or hub.spec().alias
-    spec = hub.spec(alias, typed_params(alias, params or {}))
+    spec = hub.spec(alias, typed_params(alias, params or {}, bounded=True))
+    keep = save or not params
     if len(series_ids) == 1:
-        return [hub.forecast(series_ids[0], horizon=horizon, quantiles=quantiles, spec=spec)]
-    return hub.forecast_many(series_ids, horizon=horizon, quantiles=quantiles, spec=spec)
+        return [hub.forecast(series_ids[0], horizon=horizon, quantiles=quantiles, spec=spec,
+                             save=keep)]
+    return hub.forecast_many(series_ids, horizon=horizon, quantiles=quantiles, spec=spec,
+                             save=keep)
 
 
 def cached_forecast(
@@ -349,16 +397,20 @@ def cached_forecast(
     quantiles: Sequence[float],
     model: str | None = None,
     params: dict[str, str] | None = None,
+    save: bool = False,
 ) -> ServedForecast | None:
     """The forecast from the hub's memory cache, or ``None``; never waits.
 
     For the API's event loop: a hit is answered there without a trip through the thread
     pool; a miss goes to :func:`serve_forecasts` on a worker thread. ``None`` also for any
-    request :func:`serve_forecasts` would refuse (it then says why).
+    request :func:`serve_forecasts` would refuse (it then says why), and for one that asks to
+    ``save`` a model of ``params`` (it may not be saved yet).
     """
+    if save and params:
+        return None
     try:
         alias = model or hub.spec().alias
-        spec = hub.spec(alias, typed_params(alias, params or {}) if params else None)
+        spec = hub.spec(alias, typed_params(alias, params, bounded=True) if params else None)
     except PrismError:
         return None
     return hub.cached(series_id, horizon=horizon, quantiles=quantiles, spec=spec)

@@ -1,4 +1,9 @@
-"""``/v1/forecast``: one series (GET) or many (POST)."""
+"""``/v1/forecast``: one series (GET) or many (POST).
+
+A request that names hyperparameters (``param=...``, ``params``) gets its model fitted on
+demand but not saved to the registry unless it says ``save=true``; the hyperparameters are
+bounded (422 naming the one out of range).
+"""
 
 from __future__ import annotations
 
@@ -19,6 +24,8 @@ _ERRORS: dict[int | str, dict[str, object]] = {
 }
 
 
+
+
 def _render(served: ServedForecast) -> bytes:
     """A forecast as the ``ForecastOut`` JSON of the answer (validated by the schema)."""
     return ForecastOut.model_validate(served, from_attributes=True).model_dump_json().encode()
@@ -26,8 +33,9 @@ def _render(served: ServedForecast) -> bytes:
 
 @router.get("", response_model=ForecastOut,
             responses={**_ERRORS, 422: {"model": ErrorOut, "description": "a bad field "
-                                        "(named in loc) or a horizon, model or parameter "
-                                        "the series cannot take"}},
+                                        "(named in loc), a horizon, model or parameter "
+                                        "the series cannot take, a parameter out of its "
+                                        "range, or a fit past its time budget"}},
             openapi_extra={"parameters": query_parameters(ForecastQuery)})
 async def get_forecast(request: Request) -> Response | ForecastOut:
     """The forecast of one series (cached; a series without a model gets one fitted)."""
@@ -38,13 +46,14 @@ async def get_forecast(request: Request) -> Response | ForecastOut:
     # on a worker thread.
     q = parse_query(ForecastQuery, request)
     server = server_of(request)
+    save = q.save
     served = cached_forecast(server, q.series_id, horizon=q.horizon, quantiles=q.levels,
-                             model=q.model, params=q.params)
+                             model=q.model, params=q.params, save=save)
     if served is not None:
         return Response(server.rendered(served, _render), media_type="application/json")
     [served] = await run_in_threadpool(
         serve_forecasts, server, [q.series_id], horizon=q.horizon,
-        quantiles=q.levels, model=q.model, params=q.params)
+        quantiles=q.levels, model=q.model, params=q.params, save=save)
     return ForecastOut.model_validate(served, from_attributes=True)
 
 
@@ -53,6 +62,6 @@ def post_forecast(body: ForecastRequest, server: ServerDep) -> ForecastsOut:
     """Forecasts of several series with one model; their fits share one time budget."""
     served = serve_forecasts(server, body.series_ids, horizon=body.horizon,
                              quantiles=body.quantiles, model=body.model,
-                             params=body.text_params)
+                             params=body.text_params, save=body.save)
     return ForecastsOut(forecasts=[ForecastOut.model_validate(s, from_attributes=True)
                                    for s in served])

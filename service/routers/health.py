@@ -24,10 +24,11 @@ async def healthz() -> HealthOut:
 
 @router.get("/readyz", response_model=ReadyOut, responses={503: {"model": ErrorOut}})
 async def readyz(server: ServerDep) -> ReadyOut | JSONResponse:
-    """The store is open and the forecast hub is serving."""
+    """The store is open, the default model is warm and the forecast hub is serving."""
     status = hub_status(server)
     if status is None:
-        return JSONResponse({"detail": "starting or stopping"}, status_code=503)
+        return JSONResponse({"detail": "starting (warming up the default model) or stopping"},
+                            status_code=503, headers={"Retry-After": "1"})
     return ReadyOut.model_validate(status)
 
 

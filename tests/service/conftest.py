@@ -12,6 +12,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,10 +72,20 @@ def settings(trace: Trace, tmp_path: Path) -> Settings:
     return make_settings(trace, tmp_path)
 
 
+@contextmanager
+def started(app: FastAPI) -> Iterator[TestClient]:
+    """The app (lifespan run) behind a TestClient, once ``/readyz`` would say ready (the
+    default model's warm-up fit has run), as a load balancer would send requests."""
+    with TestClient(app) as test_client:
+        hub = test_client.app.state.hub  # type: ignore[attr-defined]
+        assert hub.wait_ready(120), "the hub never became ready"
+        yield test_client
+
+
 @pytest.fixture
 def client(settings: Settings) -> Iterator[TestClient]:
     """The app (lifespan run) behind a TestClient."""
-    with TestClient(create_app(settings)) as test_client:
+    with started(create_app(settings)) as test_client:
         yield test_client
 
 

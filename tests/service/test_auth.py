@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 
 from prism.config import Settings
 from service.app import create_app
-from tests.service.conftest import SERIES
+from tests.service.conftest import SERIES, started
 
 TOKEN = "s3cret-token"
 
@@ -34,7 +34,7 @@ VALID: dict[tuple[str, str], dict[str, Any]] = {
 
 @pytest.fixture
 def guarded(settings: Settings) -> Iterator[TestClient]:
-    with TestClient(create_app(settings.model_copy(update={"api_token": TOKEN}))) as client:
+    with started(create_app(settings.model_copy(update={"api_token": TOKEN}))) as client:
         yield client
 
 
@@ -78,7 +78,7 @@ def test_the_schema_declares_the_bearer_scheme_on_v1(guarded: TestClient) -> Non
 def test_cors_preflight_needs_no_token(settings: Settings) -> None:
     configured = settings.model_copy(update={"api_token": TOKEN,
                                              "cors_origins": ["https://ops.example"]})
-    with TestClient(create_app(configured)) as client:
+    with started(create_app(configured)) as client:
         pre = client.options("/v1/forecast", headers={
             "Origin": "https://ops.example", "Access-Control-Request-Method": "GET",
             "Access-Control-Request-Headers": "authorization"})

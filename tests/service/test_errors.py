@@ -9,7 +9,7 @@ import httpx
 from fastapi.testclient import TestClient
 
 from service.app import create_app
-from tests.service.conftest import SERIES, LiveServer, Trace, make_settings
+from tests.service.conftest import SERIES, LiveServer, Trace, make_settings, started
 
 FIFTY_MB = 50 * 1024 * 1024
 
@@ -95,7 +95,7 @@ def test_chunked_body_over_the_limit_is_413(trace: Trace, tmp_path: Path) -> Non
         for _ in range(40):
             yield b"y" * 4096  # no Content-Length: counted as it arrives
 
-    with TestClient(create_app(settings)) as client:
+    with started(create_app(settings)) as client:
         response = client.post("/v1/ingest", params={"format": "jobs-csv"},
                                content=chunks(), headers={"Content-Type": "text/csv"})
     assert response.status_code == 413
@@ -113,7 +113,7 @@ def test_fifty_megabyte_body_over_real_http_is_413(live: LiveServer) -> None:
 def test_a_model_being_fitted_is_503_with_retry_after(trace: Trace, tmp_path: Path) -> None:
     settings = make_settings(trace, tmp_path, fit_budget_s=0.0)
     params = {"series_id": SERIES, "horizon": "1h", "model": "prism", "param": "use_jumps=false"}
-    with TestClient(create_app(settings)) as client:
+    with started(create_app(settings)) as client:
         response = client.get("/v1/forecast", params=params)
         assert response.status_code == 503
         assert int(response.headers["Retry-After"]) >= 1
