@@ -55,8 +55,10 @@ def store(tmp_path: Path, trace: Trace) -> Iterator[Store]:
 
 def _hub(store: Store, folder: Path, **options: float) -> ForecastHub:
     settings: dict[str, float] = {"fit_budget_s": 0.2, "fit_workers": 1, **options}
-    return ForecastHub(store, models_dir=folder / "models", default_model="naive",
-                       **settings).start()  # type: ignore[arg-type]
+    hub = ForecastHub(store, models_dir=folder / "models", default_model="naive",
+                      **settings).start()  # type: ignore[arg-type]
+    assert hub.wait_ready(120), "the warm-up never ended"  # its fit process is gone then
+    return hub
 
 
 def _fit_processes(hub: ForecastHub) -> list[object]:
