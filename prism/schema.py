@@ -20,6 +20,14 @@ TS = "ts"
 VALUE = "value"
 PANEL_COLUMNS = (SERIES_ID, TS, VALUE)
 
+#: Nixtla's names (statsforecast, utilsforecast, neuralforecast) for the same three columns.
+#: The forecasters' public methods accept them and rename once (:mod:`prism.frames`); the core
+#: speaks ``series_id, ts, value`` only.
+UNIQUE_ID = "unique_id"
+DS = "ds"
+Y = "y"
+NIXTLA_COLUMNS = (UNIQUE_ID, DS, Y)
+
 #: The canonical ``jobs`` table, in order. ``num_gpus`` may be fractional (shared GPUs).
 JOB_COLUMNS = (
     "source",
@@ -254,8 +262,12 @@ def validate_panel(panel: pd.DataFrame, *, regular: bool = True) -> pd.DataFrame
     """
     missing = [c for c in PANEL_COLUMNS if c not in panel.columns]
     if missing:
+        nixtla = all(c in panel.columns for c in NIXTLA_COLUMNS)
+        hint = ("; this is a Nixtla frame (unique_id, ds, y): a forecaster's fit takes it as it "
+                "is, elsewhere convert it with prism.frames.to_panel") if nixtla else ""
         raise DataContractError(
             f"panel is missing column(s) {missing}; a panel has columns {list(PANEL_COLUMNS)}"
+            f"{hint}"
         )
     if not pd.api.types.is_datetime64_any_dtype(panel[TS]):
         raise DataContractError("panel column 'ts' must be datetime64 (UTC, naive)")

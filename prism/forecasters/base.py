@@ -39,6 +39,11 @@ all series or a sample; ``fit_local(panel)`` returns a copy fitted on any series
 :mod:`prism.batch` learns the shared parameters once and fans ``fit_local`` out over workers. A
 global model with state of its own per series splits ``_fit`` into the hooks ``_fit_shared``
 and ``_fit_local`` (see the hybrid).
+
+**The ecosystem's frames.** ``fit``, ``fit_shared``, ``fit_local`` and ``update`` also take
+Nixtla's ``unique_id, ds, y`` and timezone-aware times (:mod:`prism.frames` renames and converts
+them to UTC-naive once, here); ``predict`` answers in the naming and zone of the frame given to
+the last fit (``unique_id, ds, model, mean, p..`` for a Nixtla frame), kept as ``frame_style_``.
 """
 
 from __future__ import annotations
@@ -64,6 +69,7 @@ from prism.forecasters.conformal import (
     calibration_offsets,
     calibration_origins,
 )
+from prism.frames import PRISM_STYLE, FrameStyle, to_frame, to_panel
 from prism.schema import (
     SERIES_ID,
     TS,
@@ -89,8 +95,10 @@ def quantile_column(q: float) -> str:
     return f"p{round(q * 100, 6):g}"
 
 
-def horizon_steps(horizon: int | str, freq_s: int) -> int:
+def horizon_steps(horizon: int | str, freq_s: int, *, name: str = "horizon") -> int:
     """A horizon as a number of steps: ``"1d"`` at 10 min is 144; a number is steps.
+
+    ``name`` is what messages call the value (a hyperparameter's duration is no horizon).
 
     Raises:
         ConfigError: when the horizon is not positive or not a whole number of steps.
@@ -103,11 +111,13 @@ def horizon_steps(horizon: int | str, freq_s: int) -> int:
         seconds = parse_duration(str(horizon)).total_seconds()
         if seconds % freq_s:
             raise ConfigError(
-                f"horizon {horizon!r} is not a whole number of {freq_s}-second steps"
+                f"{name}{'' if name.endswith('=') else ' '}{horizon!r} is not a whole number"
+                f" of {freq_s}-second steps"
             )
         steps = int(seconds // freq_s)
     if steps < 1:
-        raise ConfigError(f"horizon {horizon!r} must be at least one step")
+        raise ConfigError(f"{name}{'' if name.endswith('=') else ' '}{horizon!r} must be at "
+                          "least one step")
     return steps
 
 
@@ -207,15 +217,18 @@ class BaseForecaster(abc.ABC):
         """Learn from a regular panel (``series_id, ts, value``); refitting replaces all state.
 
         The parameters are learned on each series but its last ``calibration_window`` (at
-        most a third of it), which calibrates the quantiles out of sample.
+        most a third of it), which calibrates the quantiles out of sample. A Nixtla frame
+        (``unique_id, ds, y``) and timezone-aware times are accepted too; ``predict`` then
+        answers in the same naming and zone (see :mod:`prism.frames`).
 
         Raises:
-            DataContractError: for a panel that breaks the contract, holds missing values or
-                has fewer than two points per series.
+            DataContractError: for a panel that breaks the contract (neither naming, or a mix
+                of both), holds missing values or has fewer than two points per series.
         """
-        panel = _checked_panel(panel, "fit on")
+        panel, style = _checked_panel(panel, "fit on")
         for name in [n for n in vars(self) if n.endswith("_") and not n.startswith("_")]:
             delattr(self, name)  # refitting replaces all learned state
+        self.frame_style_ = style
         self._fit(self._take_series(panel))
         self._calibrate_all()
         return self
@@ -234,9 +247,10 @@ class BaseForecaster(abc.ABC):
             DataContractError: as :meth:`fit`.
         """
         self._check_global("fit_shared")
-        panel = _checked_panel(panel, "fit on")
+        panel, style = _checked_panel(panel, "fit on")
         for name in [n for n in vars(self) if n.endswith("_") and not n.startswith("_")]:
             delattr(self, name)
+        self.frame_style_ = style
         self._fit_shared(self._take_series(panel))
         for name in _SERIES_STATE:  # keep the shared parameters only (small to ship)
             delattr(self, name)
@@ -259,7 +273,7 @@ class BaseForecaster(abc.ABC):
         if not hasattr(self, "freq_s_"):
             raise NotFittedError(f"{type(self).__name__} has no shared parameters: call "
                                  "fit_shared(panel) or fit(panel) first")
-        panel = _checked_panel(panel, "fit on")
+        panel, style = _checked_panel(panel, "fit on")
         freq_s = panel_freq(panel, purpose="be fitted together")
         if freq_s != self.freq_s_:
             raise DataContractError(
@@ -267,6 +281,7 @@ class BaseForecaster(abc.ABC):
                 f"{self.freq_s_} s; fit series of each step with their own model"
             )
         out = copy.copy(self)  # a new __dict__: the shared parts are shared, not copied
+        out.frame_style_ = style
         out._fit_local(out._take_series(panel))
         out._calibrate_all()
         return out
@@ -303,7 +318,9 @@ class BaseForecaster(abc.ABC):
         """Forecast ``horizon`` (steps, or a duration such as ``"1d"``) past each series' end.
 
         Returns:
-            ``series_id, ts, model, mean, p..`` with one row per series and step.
+            ``series_id, ts, model, mean, p..`` with one row per series and step; keyed
+            ``unique_id, ds`` and in the zone of the times given when ``fit`` was given such
+            a frame (:mod:`prism.frames`).
 
         Raises:
             NotFittedError: before ``fit``.
@@ -327,7 +344,8 @@ class BaseForecaster(abc.ABC):
             frames.append(pd.DataFrame(data))
         out = pd.concat(frames, ignore_index=True)
         out[TS] = out[TS].astype("datetime64[ns]")
-        return out
+        # models saved before frame styles existed have none: they were fitted on PRISM panels
+        return to_frame(out, getattr(self, "frame_style_", PRISM_STYLE))
 
     def forecast_arrays(
         self, series_id: str, steps: int, quantiles: Sequence[float]
@@ -361,14 +379,15 @@ class BaseForecaster(abc.ABC):
         Points at or before a series' last timestamp replace the stored values (late
         revisions of a bucket); the rest must continue the series without a gap. Each updated
         series is recalibrated on its new tail and its rolling error is checked against the
-        seasonal naive fallback (see the module docstring).
+        seasonal naive fallback (see the module docstring). Either naming and zoned times are
+        accepted, as in :meth:`fit`; forecasts keep the style of the fit.
 
         Raises:
             NotFittedError: before ``fit``.
             DataContractError: for an unknown series, another step, or a gap after the end.
         """
         self._check_fitted()
-        panel = _checked_panel(new_points, "update with")
+        panel, _ = _checked_panel(new_points, "update with")
         step = pd.Timedelta(seconds=self.freq_s_)
         touched = []
         for sid, group in panel.groupby(SERIES_ID, sort=True):
@@ -410,7 +429,10 @@ class BaseForecaster(abc.ABC):
             raise NotFittedError(f"{type(self).__name__} is not fitted: call fit(panel) first")
 
     def _steps_of(self, duration: str) -> int:
-        return horizon_steps(duration, self.freq_s_)
+        """A duration hyperparameter (a season, a window) in steps of the fitted series."""
+        param = next((k for k, v in self.get_params().items() if v == duration), None)
+        name = f"{self.alias} parameter {param}=" if param else f"{self.alias} duration"
+        return horizon_steps(duration, self.freq_s_, name=name)
 
     def _holdout(self, n: int) -> int:
         """Steps held out for calibration in a series of ``n`` points."""
@@ -554,8 +576,18 @@ def clone(forecaster: BaseForecaster) -> BaseForecaster:
 
 
 # -- helpers ----------------------------------------------------------------------------------
-def _checked_panel(panel: pd.DataFrame, verb: str) -> pd.DataFrame:
-    panel = validate_panel(panel)
+def _checked_panel(frame: pd.DataFrame, verb: str) -> tuple[pd.DataFrame, FrameStyle]:
+    """The frame renamed to a panel (:mod:`prism.frames`), validated, and its style."""
+    panel, style = to_panel(frame, what="new points" if verb == "update with" else "panel")
+    try:
+        panel = validate_panel(panel)
+    except DataContractError as exc:
+        if style.tz is None or "not regular" not in str(exc):
+            raise
+        raise DataContractError(
+            f"{exc} (times in UTC, converted from {style.tz}: local days or hours are not "
+            "regular across a daylight-saving change; resample the series on a UTC grid)"
+        ) from exc
     if panel.empty:
         raise DataContractError(f"cannot {verb} an empty panel")
     bad = ~np.isfinite(panel[VALUE].to_numpy())
@@ -569,4 +601,4 @@ def _checked_panel(panel: pd.DataFrame, verb: str) -> pd.DataFrame:
     if verb == "fit on" and (counts < 2).any():
         short = counts.index[counts < 2][0]
         raise DataContractError(f"series {short!r} has fewer than two points to fit on")
-    return panel
+    return panel, style

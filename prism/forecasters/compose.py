@@ -21,6 +21,7 @@ import pandas as pd
 
 from prism.errors import ConfigError, DataContractError
 from prism.forecasters.base import BaseForecaster, FloatArray, Paths, clone
+from prism.frames import to_panel
 from prism.schema import SERIES_ID, validate_panel
 
 __all__ = ["SeriesModels"]
@@ -94,6 +95,7 @@ class SeriesModels(BaseForecaster):
         """
         for name in [n for n in vars(self) if n.endswith("_") and not n.startswith("_")]:
             delattr(self, name)
+        panel, style = to_panel(panel)
         panel = validate_panel(panel)
         groups = {str(sid): g for sid, g in panel.groupby(SERIES_ID, sort=True)}
         if not groups:
@@ -104,6 +106,7 @@ class SeriesModels(BaseForecaster):
         else:
             models = {sid: clone(self.model).fit(g) for sid, g in groups.items()}
         self._hold(models)
+        self.frame_style_ = style
         return self
 
     def _hold(self, models: Mapping[str, BaseForecaster]) -> None:
@@ -157,7 +160,7 @@ class SeriesModels(BaseForecaster):
             DataContractError: for an unknown series, another step, or a gap after the end.
         """
         self._check_fitted()
-        panel = validate_panel(new_points, regular=False)
+        panel = validate_panel(to_panel(new_points, what="new points")[0], regular=False)
         if panel.empty:
             raise DataContractError("cannot update with an empty panel")
         touched = sorted(set(panel[SERIES_ID].astype(str)))

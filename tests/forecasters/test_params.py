@@ -70,3 +70,19 @@ def test_an_unknown_alias_is_left_to_get_forecaster() -> None:
     assert typed_params("nope", {"a": "1"}) == {"a": "1"}
     with pytest.raises(ConfigError, match="unknown model 'nope'"):
         get_forecaster("nope", **typed_params("nope", {"a": "1"}))
+
+
+def test_a_bad_duration_hyperparameter_is_named_not_called_a_horizon() -> None:
+    import numpy as np
+    import pandas as pd
+
+    from prism.errors import ConfigError
+    from prism.forecasters import get_forecaster
+
+    panel = pd.DataFrame({"series_id": "a/b/c", "value": np.arange(600.0),
+                          "ts": pd.date_range("2026-01-01", periods=600, freq="10min")})
+    with pytest.raises(ConfigError, match=r"^seasonal_naive parameter season='15min' is not a "
+                                          r"whole number of 600-second steps"):
+        get_forecaster("seasonal_naive", season="15min").fit(panel)
+    with pytest.raises(ConfigError, match=r"^seasonal_naive parameter season='0' must be"):
+        get_forecaster("seasonal_naive", season="0").fit(panel)
