@@ -1,20 +1,89 @@
 """What the CLI's command modules share: the consoles, tables, ``KEY=VALUE`` options,
-quantile lists and the printing of a forecast frame."""
+quantile lists, the help formatter, ``--output -`` and the printing of a forecast frame.
+
+Heavy modules (pandas) are imported on use: ``prism --help`` imports this module.
+"""
 
 from __future__ import annotations
 
+import argparse
+import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 from rich.console import Console
-from rich.table import Table
 
 from prism.errors import ConfigError
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from rich.table import Table
 
 # Wide tables when the output is a file or a pipe (rich would assume 80 columns).
 out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+#: ``--output -``: the data goes to standard output.
+STDOUT = "-"
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """Says each option's default, unless its help does already or it has none (``None``,
+    a flag's ``False``)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if (action.option_strings and default not in (None, False, argparse.SUPPRESS)
+                and "default" not in text.lower() and not isinstance(
+                    action, argparse._HelpAction | argparse._VersionAction)):
+            text += " (default: %(default)s)"
+        return text
+
+
+def messages(output: str | None) -> Console:
+    """Where a command's messages go: stderr when the data goes to stdout (``--output -``)."""
+    return err if output == STDOUT else out
+
+
+def progress_wanted(quiet: bool) -> bool:
+    """Progress bars are drawn on a terminal only, and not with ``-q``."""
+    return not quiet and err.is_terminal
+
+
+@contextmanager
+def progress_bar(enabled: bool, *, eta: bool = False,
+                 ) -> Iterator[Callable[[str, int, int], None] | None]:
+    """A rich progress bar on stderr, one line per stage: yields ``update(stage, done,
+    total)``, or None when not ``enabled``."""
+    if not enabled:
+        yield None
+        return
+    from rich.progress import (
+        BarColumn,
+        Progress,
+        TaskID,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    columns = [TextColumn("{task.description:<8}"), BarColumn(),
+               TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn()]
+    if eta:
+        columns += [TextColumn("eta"), TimeRemainingColumn()]
+    with Progress(*columns, console=err, transient=False) as bar:
+        tasks: dict[str, TaskID] = {}
+
+        def update(stage: str, done: int, total: int) -> None:
+            # total 0: not known yet (rows of a streamed file): an indeterminate bar
+            if stage not in tasks:
+                tasks[stage] = bar.add_task(stage, total=total or None)
+            bar.update(tasks[stage], completed=done, total=max(total, done) or None)
+
+        yield update
 
 
 def pairs(values: Sequence[str] | None, flag: str) -> dict[str, str]:
@@ -28,6 +97,9 @@ def pairs(values: Sequence[str] | None, flag: str) -> dict[str, str]:
 
 
 def table(frame: pd.DataFrame, title: str | None = None) -> Table:
+    import pandas as pd
+    from rich.table import Table
+
     shown = Table(title=title, show_lines=False)
     for col in frame.columns:
         shown.add_column(str(col), justify="right" if pd.api.types.is_numeric_dtype(
@@ -51,14 +123,66 @@ def quantile_list(text: str) -> list[float]:
                           "0.5,0.9,0.99") from exc
 
 
-def print_forecast(frame: pd.DataFrame, output: str | None, *, source: str = "") -> None:
-    """Write a forecast frame to ``output`` (CSV, Parquet or JSON) and say so, or print it."""
-    from prism.usecases.files import write_frame
+def json_default(value: Any) -> Any:
+    """``json.dumps``'s ``default``: times as UTC text with ``Z``, other objects as text."""
+    from prism.usecases.files import utc_text
 
+    text = utc_text(value)
+    return text if text is not value else str(value)
+
+
+def print_json(data: Any) -> None:
+    """``data`` as JSON on stdout, times in UTC with ``Z`` (as the API writes them)."""
+    out.print_json(json.dumps(data, default=json_default))
+
+
+def print_records(frame: pd.DataFrame) -> None:
+    """A frame as a JSON array of records on stdout, times in UTC with ``Z``."""
+    from prism.usecases.files import json_records
+
+    out.print_json(json_records(frame))
+
+
+def write_stdout(data: bytes) -> None:
+    """Bytes on standard output, as they are (CSV, JSON or Parquet of ``--output -``)."""
+    sys.stdout.flush()
+    buffer = getattr(sys.stdout, "buffer", None)
+    if buffer is None:  # a text stream without bytes (some test harnesses)
+        sys.stdout.write(data.decode("utf-8", errors="replace"))
+    else:
+        buffer.write(data)
+        buffer.flush()
+
+
+def write_output(frame: pd.DataFrame, output: str, fmt: str | None) -> str:
+    """Write ``frame`` to the file ``output``, or to stdout for ``-``, in ``fmt`` (``--format``,
+    else the file's suffix, else csv); returns where it went, for the message.
+
+    Raises:
+        ConfigError: for a bad file name, a missing folder or a contradicting ``fmt``.
+    """
+    from prism.usecases.files import frame_bytes, output_format, write_frame
+
+    if output == STDOUT:
+        write_stdout(frame_bytes(frame, output_format(output, fmt)))
+        return "stdout"
+    return str(write_frame(frame, output, fmt=fmt))
+
+
+def check_output(output: str | None, fmt: str | None) -> None:
+    """Fail on ``--format`` without ``--output`` (before any work is done)."""
+    if fmt is not None and not output:
+        raise ConfigError(f"--format {fmt} needs --output FILE or --output - (stdout)")
+
+
+def print_forecast(frame: pd.DataFrame, output: str | None, *, source: str = "",
+                   fmt: str | None = None) -> None:
+    """Write a forecast frame to ``output`` (CSV, Parquet or JSON; ``-``: stdout) and say so
+    (on stderr for stdout), or print it."""
     model = frame["model"].iloc[0]
     if output:
-        path = write_frame(frame, output)
-        out.print(f"wrote {len(frame):,} rows ({frame['series_id'].nunique()} series, model "
-                  f"{model}) to {path}")
+        where = write_output(frame, output, fmt)
+        messages(output).print(f"wrote {len(frame):,} rows ({frame['series_id'].nunique()} "
+                               f"series, model {model}) to {where}", markup=False)
     else:
         out.print(table(frame, title=f"forecast ({model}{', from ' + source if source else ''})"))

@@ -8,23 +8,35 @@ and the report give one set of numbers.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
+from contextlib import nullcontext
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from prism import usecases
+from prism.cli.common import (
+    check_output,
+    json_default,
+    messages,
+    progress_bar,
+    progress_wanted,
+)
 from prism.cli.common import err as _err
 from prism.cli.common import out as _out
 from prism.cli.common import pairs as _pairs
 from prism.cli.common import table as _table
+from prism.cli.parser import db_flag, output_flags
+from prism.errors import ConfigError
 
 if TYPE_CHECKING:
+    import pandas as pd
+    from rich.console import Console
+
     from prism.capacity import CapacityPlan, Watts
     from prism.usecases.capacity import SavedModels
 
 
-def print_planning(table: pd.DataFrame, title: str) -> None:
+def print_planning(table: pd.DataFrame, title: str, console: Console = _out) -> None:
     """The planning backtest table (``prism backtest --planning``)."""
     shown = table.copy()
     shown["saved"] = (shown.pop("saved_share") * 100).round(1).astype(str) + " %"
@@ -32,7 +44,7 @@ def print_planning(table: pd.DataFrame, title: str) -> None:
     shown = shown.drop(columns=["model", "quantile", "demand_gpu_hours"])
     for col in ("idle_gpu_hours", "unmet_gpu_hours"):
         shown[col] = shown[col].round(1)
-    _out.print(_table(shown, title=title))
+    console.print(_table(shown, title=title))
 
 
 def print_summary(table: pd.DataFrame, args: argparse.Namespace) -> None:
@@ -41,7 +53,7 @@ def print_summary(table: pd.DataFrame, args: argparse.Namespace) -> None:
              and c not in ("model", "mase_undefined", "burst_steps")]
     # one column per model, one row per metric: readable with many metrics
     wide = table.set_index("model")[shown].T.astype(float).round(4)
-    _out.print(_table(wide.reset_index(names="metric"), title=f"backtest: horizon "
+    messages(args.output).print(_table(wide.reset_index(names="metric"), title=f"backtest: horizon "
                       f"{args.horizon}, {args.windows} windows (means over windows)"))
 
 
@@ -51,11 +63,29 @@ def _watts(text: str | None) -> Watts | None:
     return parse_watts(text) if text else None
 
 
-def _source(args: argparse.Namespace) -> SavedModels:
+def _source(args: argparse.Namespace,
+            progress: Callable[[int], None] | None = None) -> SavedModels:
+    """The saved models of ``--model``; ``progress`` is called with the number of forecasts
+    done (one per cluster planned) after each."""
     from prism.usecases.capacity import SavedModels
 
-    return SavedModels(args.model, _pairs(args.param, "--param"), models_dir=args.models_dir,
-                       refit=args.refit)
+    class _Counted(SavedModels):
+        done = 0
+
+        def forecast(self, *a: Any, **kw: Any) -> tuple[pd.DataFrame, int]:
+            result = super().forecast(*a, **kw)
+            self.done += 1
+            if progress is not None:
+                progress(self.done)
+            return result
+
+    return _Counted(args.model, _pairs(args.param, "--param"), models_dir=args.models_dir,
+                    refit=args.refit)
+
+
+def _status(args: argparse.Namespace, text: str) -> Any:
+    """A spinner on stderr while a step without a count runs (a terminal only, not -q)."""
+    return _err.status(text, spinner="dots") if progress_wanted(args.quiet) else nullcontext()
 
 
 def _notes(source: SavedModels) -> None:
@@ -66,13 +96,17 @@ def _notes(source: SavedModels) -> None:
 def _cmd_capacity(args: argparse.Namespace) -> int:
     """``prism capacity``: the plan of a cluster, its moves and the reasons."""
     from prism.capacity import read_capacity_table, read_reservations
+    from prism.cli.common import write_output
     from prism.usecases.capacity import plan_cluster_capacity
-    from prism.usecases.files import write_frame
 
+    check_output(args.output, args.format)
+    if args.output == "-" and args.json:
+        raise ConfigError("--json and --output - both write to stdout: drop one (--format json "
+                          "--output - writes the steps as JSON)")
     source = _source(args)
     capacities = read_capacity_table(args.capacity) if args.capacity else None
     reservations = read_reservations(args.reservations) if args.reservations else []
-    with (_err.status(f"forecasting {args.cluster} with {args.model} ...", spinner="dots"),
+    with (_status(args, f"forecasting {args.cluster} with {args.model} ..."),
           usecases.open_store(args.db, must_exist=True) as store):
         plan = plan_cluster_capacity(
             store, args.cluster, source, scope=args.scope, horizon=args.horizon,
@@ -80,9 +114,11 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
             growth=args.growth, watts=_watts(args.watts_per_gpu))
     _notes(source)
     if args.output:
-        path = write_frame(plan.steps, args.output)
-        _err.print(f"wrote the GPUs needed at each step ({len(plan.steps):,} rows) to {path}",
+        where = write_output(plan.steps, args.output, args.format)
+        _err.print(f"wrote the GPUs needed at each step ({len(plan.steps):,} rows) to {where}",
                    markup=False)
+        if args.output == "-":
+            return 0  # stdout holds the data only
     if args.json:
         import json
 
@@ -90,8 +126,7 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
             "cluster": plan.cluster, "horizon": args.horizon, "quantile": plan.quantile,
             "model": source.label, "watts_idle": plan.watts.idle,
             "watts_busy": plan.watts.busy, "rows": plan.records(steps=args.steps),
-            "moves": plan.move_records()},
-            default=lambda v: v.isoformat() if hasattr(v, "isoformat") else str(v)))
+            "moves": plan.move_records()}, default=json_default))
         return 0
     print_plan(plan, growth=args.growth)
     return 0
@@ -99,6 +134,8 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
 
 def print_plan(plan: CapacityPlan, *, growth: float = 1.0) -> None:
     """The capacity table, the moves between VCs and each row's reason."""
+    import pandas as pd
+
     table = plan.table()
     start, end = plan.rows[0].start, plan.rows[0].end
     q = f"p{plan.quantile * 100:g}"
@@ -136,10 +173,15 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from prism.capacity import read_capacity_table
     from prism.usecases.report import capacity_report
 
-    source = _source(args)
     capacities = read_capacity_table(args.capacity) if args.capacity else None
-    with (_err.status("building the capacity report ...", spinner="dots"),
+    # one step per cluster (the use case gives no finer count): a bar once the clusters are
+    # named, else a count without a total
+    total = len(args.cluster) if args.cluster else 0
+    with (progress_bar(progress_wanted(args.quiet)) as bar,
           usecases.open_store(args.db, must_exist=True) as store):
+        if bar is not None:
+            bar("clusters", 0, total)
+        source = _source(args, (lambda n: bar("clusters", n, max(total, n))) if bar else None)
         result = capacity_report(
             store, source, clusters=args.cluster, horizon=args.horizon,
             quantile=args.quantile, capacity_table=capacities, watts=_watts(args.watts_per_gpu),
@@ -151,7 +193,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _model_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default="prism", help="the forecaster (default prism)")
+    p.add_argument("--model", default="prism", help="the forecaster (see `prism models "
+                   "aliases`)")
     p.add_argument("--param", action="append", metavar="NAME=VALUE",
                    help="a model hyperparameter (repeatable)")
     g = p.add_mutually_exclusive_group()
@@ -162,19 +205,21 @@ def _model_flags(p: argparse.ArgumentParser) -> None:
                    help="fit the model now on the cluster's series (and save it)")
     p.add_argument("--models-dir", type=Path, default=None,
                    help="the model registry (default: $PRISM_MODELS_DIR or ./models)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar or spinner")
+    db_flag(p)
     p.set_defaults(refit=False)
 
 
-def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     """Add ``capacity`` and ``report`` to the ``prism`` parser (their functions keep the names
     ``_cmd_capacity`` and ``_cmd_report``: the dispatcher and :mod:`prism.cli.remote` know
     the commands by them)."""
     p = sub.add_parser("capacity", help="GPUs each scope needs, moves between VCs, advice")
-    p.add_argument("--cluster", required=True)
+    p.add_argument("--cluster", required=True, help="the cluster to plan")
     p.add_argument("--scope", help="show one scope only (the whole cluster is planned)")
-    p.add_argument("--horizon", default="1d", help="the planning window (default 1d)")
+    p.add_argument("--horizon", default="1d", help="the planning window")
     p.add_argument("--quantile", type=float, default=0.95,
-                   help="the planning quantile of GPUs in use (default 0.95)")
+                   help="the planning quantile of GPUs in use")
     _model_flags(p)
     p.add_argument("--capacity", type=Path, metavar="FILE",
                    help="CSV scope,gpus[,cluster]: capacities that override the store's")
@@ -182,14 +227,14 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
                    help="CSV start,end,gpus,scope[,cluster,name]: known future jobs added on "
                    "top of the forecast")
     p.add_argument("--growth", type=float, default=1.0,
-                   help="demand growth factor, e.g. 1.1 for 10%% more (default 1)")
+                   help="demand growth factor, e.g. 1.1 for 10%% more")
     p.add_argument("--watts-per-gpu", metavar="IDLE,BUSY",
                    help="power of one GPU idle and busy in watts (default 60,300)")
-    p.add_argument("--json", action="store_true", help="one JSON object (as GET /v1/capacity)")
+    p.add_argument("--json", action="store_true", help="one JSON object (as GET /v1/capacity; "
+                   "times in UTC, with Z)")
     p.add_argument("--steps", action="store_true", help="with --json: the GPUs needed at "
                    "each step too")
-    p.add_argument("--output", help="write the GPUs needed at each step to FILE.csv|.parquet"
-                   "|.json")
+    output_flags(p, "also write the GPUs needed at each step", table=False)
     p.set_defaults(func=_cmd_capacity)
 
     p = sub.add_parser("report", help="the capacity report: one self-contained HTML file")
@@ -197,10 +242,12 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p.add_argument("--pdf", action="store_true",
                    help="also print FILE.pdf (needs Chromium: apt-get install chromium)")
     p.add_argument("--cluster", action="append", help="a cluster (repeatable; default all)")
-    p.add_argument("--horizon", default="1d")
-    p.add_argument("--quantile", type=float, default=0.95)
+    p.add_argument("--horizon", default="1d", help="the planning window")
+    p.add_argument("--quantile", type=float, default=0.95,
+                   help="the planning quantile of GPUs in use")
     _model_flags(p)
     p.add_argument("--capacity", type=Path, metavar="FILE",
                    help="CSV scope,gpus[,cluster] overriding the store's capacities")
-    p.add_argument("--watts-per-gpu", metavar="IDLE,BUSY", help="default 60,300")
+    p.add_argument("--watts-per-gpu", metavar="IDLE,BUSY",
+                   help="power of one GPU idle and busy in watts (default 60,300)")
     p.set_defaults(func=_cmd_report)

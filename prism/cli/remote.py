@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 import pandas as pd
 
-from prism.cli.common import err, out, pairs, print_forecast, quantile_list, table
+from prism.cli.common import err, messages, out, pairs, print_forecast, quantile_list, table
 from prism.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -86,13 +86,20 @@ def run_series_show(args: argparse.Namespace, info: ServerInfo) -> int:
 
 
 def run_series_export(args: argparse.Namespace, info: ServerInfo) -> int:
-    from prism.usecases.files import output_path
+    from prism.cli.common import STDOUT, write_stdout
+    from prism.usecases.files import output_format, output_path
 
-    path = output_path(args.output, (".csv", ".parquet"))
+    suffixes = (".csv", ".parquet")
+    fmt = output_format(args.output, args.format, suffixes)
+    path = None if args.output == STDOUT else output_path(args.output, suffixes)
     with _client(info) as client:
-        data = client.export_panel(series_ids=args.series, format=path.suffix.lstrip("."))
-    path.write_bytes(data)
-    out.print(f"wrote {len(data):,} bytes of the panel to {path} (from {info.url})")
+        data = client.export_panel(series_ids=args.series, format=fmt)
+    if path is None:
+        write_stdout(data)
+    else:
+        path.write_bytes(data)
+    messages(args.output).print(f"wrote {len(data):,} bytes of the panel to "
+                                f"{path or 'stdout'} (from {info.url})", markup=False)
     return 0
 
 
@@ -104,10 +111,12 @@ def run_ingest(args: argparse.Namespace, info: ServerInfo) -> int:
     if args.map or args.option:
         raise ConfigError("--map and --option are not sent through the API yet; stop the "
                           "server to ingest with them")
+    from prism.cli.stdin import spooled
+
     rows = rejected = 0
     clusters: list[str] = []
-    with _client(info) as client:
-        for name in args.paths:
+    with spooled(args.paths) as spool, _client(info) as client:
+        for name in spool.paths:
             path = Path(name)
             if not path.is_file():
                 raise ConfigError(f"{path}: no such file")
@@ -117,7 +126,7 @@ def run_ingest(args: argparse.Namespace, info: ServerInfo) -> int:
             note = "unchanged (already ingested)" if result.status == "unchanged" else (
                 f"{result.rows:,} rows" + (f", {result.rejected:,} rejected"
                                            if result.rejected else ""))
-            out.print(f"{path}: {note}")
+            out.print(f"{spool.name(str(path))}: {note}", markup=False)
             clusters = sorted({*clusters, *result.clusters})
     out.print(f"{rows:,} rows added, {rejected:,} rejected; "
               f"{', '.join(clusters) or 'no changed cluster'} (through {info.url})")
@@ -136,7 +145,7 @@ def run_forecast(args: argparse.Namespace, info: ServerInfo) -> int:
             quantiles=quantile_list(args.quantiles), model=args.model,
             params=dict(pairs(args.param, "--param")))
     print_forecast(pd.concat([f.to_frame() for f in forecasts], ignore_index=True),
-                   args.output, source=info.url)
+                   args.output, source=info.url, fmt=args.format)
     return 0
 
 

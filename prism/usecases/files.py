@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+import io
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from prism.errors import ConfigError
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 #: The file types a frame is written to.
 FRAME_SUFFIXES = (".csv", ".parquet", ".json")
+#: The formats a frame is encoded in (``--format``), as :data:`FRAME_SUFFIXES` without dot.
+FRAME_FORMATS = tuple(s.lstrip(".") for s in FRAME_SUFFIXES)
+#: Times in CSV files (UTC, no zone: the panel's own times).
+CSV_TIME = "%Y-%m-%dT%H:%M:%S"
 
 
 def output_path(output: str | Path, suffixes: Sequence[str], *, verb: str = "write",
@@ -37,17 +45,81 @@ def output_path(output: str | Path, suffixes: Sequence[str], *, verb: str = "wri
     return path
 
 
-def write_frame(frame: pd.DataFrame, output: str | Path) -> Path:
-    """Write a frame to ``.csv``, ``.parquet`` or ``.json`` (records, ISO times).
+def utc_text(value: Any) -> Any:
+    """A time as ISO 8601 text in UTC with ``Z`` (``2026-01-05T00:10:00Z``), as the API
+    writes times; a naive time is taken as UTC. Anything else is returned as it is (a
+    ``json.dumps`` ``default`` that gives up on other objects wraps this)."""
+    if isinstance(value, datetime):  # pd.Timestamp is a datetime
+        if value.tzinfo is not None:
+            value = value.astimezone(UTC).replace(tzinfo=None)
+        text = value.isoformat(timespec="microseconds" if value.microsecond else "seconds")
+        return text + "Z"
+    return value
+
+
+def json_records(frame: pd.DataFrame, *, indent: int | None = None) -> str:
+    """``frame`` as a JSON array of records, times in UTC with ``Z`` (:func:`utc_text`)."""
+    import pandas as pd
+
+    shown = frame.copy()
+    for col in shown.columns:
+        values = shown[col]
+        if isinstance(values.dtype, pd.DatetimeTZDtype):
+            values = values.dt.tz_convert("UTC").dt.tz_localize(None)
+        if pd.api.types.is_datetime64_any_dtype(values):
+            shown[col] = [None if pd.isna(v) else utc_text(v) for v in values]
+    return shown.to_json(orient="records", indent=indent)
+
+
+def frame_bytes(frame: pd.DataFrame, fmt: str) -> bytes:
+    """``frame`` encoded as ``csv`` (UTC times, no zone), ``parquet`` or ``json`` (records,
+    UTC times with ``Z``).
 
     Raises:
-        ConfigError: for another extension or a missing folder.
+        ConfigError: for another format.
+    """
+    if fmt == "csv":
+        return frame.to_csv(index=False, date_format=CSV_TIME).encode("utf-8")
+    if fmt == "parquet":
+        buffer = io.BytesIO()
+        frame.to_parquet(buffer, index=False)
+        return buffer.getvalue()
+    if fmt == "json":
+        return json_records(frame, indent=1).encode("utf-8")
+    raise ConfigError(f"unknown format {fmt!r}: use {', '.join(FRAME_FORMATS)}")
+
+
+def output_format(output: str | Path, fmt: str | None,
+                  suffixes: Sequence[str] = FRAME_SUFFIXES) -> str:
+    """The format a frame is written in: ``fmt`` (``--format``), or the suffix of ``output``;
+    ``csv`` for ``-`` (standard output) without ``fmt``.
+
+    Raises:
+        ConfigError: for a format the suffix contradicts, or an unknown one.
+    """
+    formats = [s.lstrip(".") for s in suffixes]
+    if fmt is not None and fmt not in formats:
+        raise ConfigError(f"--format {fmt!r}: use {', '.join(formats)}")
+    if str(output) == "-":
+        return fmt or "csv"
+    suffix = Path(output).suffix.lstrip(".")
+    if fmt is not None and suffix != fmt:
+        raise ConfigError(f"--format {fmt} but the file {str(output)!r} ends in "
+                          f"'.{suffix}': name a .{fmt} file, or drop --format")
+    return suffix
+
+
+def write_frame(frame: pd.DataFrame, output: str | Path, *, fmt: str | None = None) -> Path:
+    """Write a frame to ``.csv``, ``.parquet`` or ``.json`` (records, UTC times with ``Z``).
+
+    Args:
+        frame: the frame.
+        output: the file.
+        fmt: the format (``--format``), which must agree with the file's suffix.
+
+    Raises:
+        ConfigError: for another extension, a missing folder or a contradicting ``fmt``.
     """
     path = output_path(output, FRAME_SUFFIXES)
-    if path.suffix == ".csv":
-        frame.to_csv(path, index=False, date_format="%Y-%m-%dT%H:%M:%S")
-    elif path.suffix == ".parquet":
-        frame.to_parquet(path, index=False)
-    else:
-        frame.to_json(path, orient="records", date_format="iso", indent=1)
+    path.write_bytes(frame_bytes(frame, output_format(path, fmt)))
     return path
