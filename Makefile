@@ -10,15 +10,25 @@ SERVE  ?= 1
 
 .PHONY: install run test lint typecheck chromium bench bench-accuracy bench-accuracy-references clean
 
+# make test installs the dev tools and Ray (STAMP); make run only what PRISM needs to run
+# (RUN_STAMP): a lighter first run.
+RUN_STAMP := $(VENV)/.installed-run
+
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev,distributed]'
 	touch $(STAMP)
 
+$(RUN_STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	test $(STAMP) -nt pyproject.toml || { $(BIN)/python -m pip install --quiet --upgrade pip \
+		&& $(BIN)/python -m pip install --quiet -e .; }
+	touch $(RUN_STAMP)
+
 install: $(STAMP)
 
-run: $(STAMP)
+run: $(RUN_STAMP)
 	$(BIN)/prism generate --output $(DEMO) --days 28 --clusters 2 --seed 0
 	$(BIN)/prism --db $(DB) ingest $(DEMO)/jobs.csv --format jobs-csv
 	$(BIN)/prism --db $(DB) ingest $(DEMO)/capacity.csv --format capacity-csv
