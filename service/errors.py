@@ -5,13 +5,22 @@
 - ``PayloadTooLarge`` -> 413
 - ``ModelNotReady`` -> 503 with ``Retry-After``
 - any other ``PrismError`` -> 400
+- a write that failed because the disk is full (``ENOSPC``, also behind a ``PrismError``, as
+  an ingest wraps what its writes raise) -> 507, saying nothing of the request was stored
+- a body that is not JSON -> 400 naming where it stops being JSON; other request fields
+  pydantic refuses -> 422 (FastAPI's list of errors)
+- anything else -> 500 ``{"detail": ...}`` (the traceback goes to the server's log)
 """
 
 from __future__ import annotations
 
+import errno
 import logging
+import re
 
 from fastapi import Request
+from fastapi.exception_handlers import request_validation_exception_handler
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from prism.errors import (
@@ -54,6 +63,8 @@ def status_of(exc: PrismError) -> int:
 
 def error_response(exc: PrismError) -> JSONResponse:
     """The JSON answer to a PRISM error (with ``Retry-After`` for a model not ready)."""
+    if _disk_full(exc):
+        return _disk_full_response(exc)
     status = status_of(exc)
     headers = {"Retry-After": str(exc.retry_after)} if isinstance(exc, ModelNotReady) else None
     if status >= 500 or status == 413:
@@ -65,3 +76,78 @@ async def handle_prism_error(request: Request, exc: Exception) -> JSONResponse:
     """Exception handler of the app for every :class:`PrismError`."""
     assert isinstance(exc, PrismError)
     return error_response(exc)
+
+
+async def handle_validation_error(request: Request, exc: Exception) -> JSONResponse:
+    """Exception handler of the app for :class:`RequestValidationError`: a body that is not
+    JSON is 400 ``{"detail": "...at line L column C..."}``; other refused fields keep
+    FastAPI's 422 list."""
+    assert isinstance(exc, RequestValidationError)
+    for error in exc.errors():
+        if error.get("type") == "json_invalid":
+            return JSONResponse({"detail": _json_error(error, exc.body)}, status_code=400)
+    return await request_validation_exception_handler(request, exc)
+
+
+def unexpected_error_response(exc: Exception) -> JSONResponse:
+    """The JSON answer to an exception no handler took (given by
+    :class:`service.middleware.ServerErrors`, which logs the traceback): 507 for a full disk,
+    else 500, as ``{"detail": ...}`` rather than a text page or a dropped connection."""
+    if _disk_full(exc):
+        return _disk_full_response(exc)
+    text = (str(exc).splitlines() or [""])[0][:300]
+    return JSONResponse(
+        {"detail": f"the server failed on this request ({type(exc).__name__}: {text}); it "
+                   "is logged on the server. Other requests are not affected: send it again, "
+                   "or report it with the log if it fails again"},
+        status_code=500)
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """Whether ``exc``, or an error behind it, is a write refused for want of disk space."""
+    return _disk_full(exc)
+
+
+#: ``strerror`` of a full disk or quota, as DuckDB and the OS word it in messages.
+_DISK_FULL_TEXT = ("No space left on device", "Disk quota exceeded")
+
+
+def _disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` or an error behind it (``raise ... from``) is a full disk."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        if any(text in str(current) for text in _DISK_FULL_TEXT):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def _disk_full_response(exc: BaseException) -> JSONResponse:
+    logger.error("507: a write failed, the disk is full: %s", exc)
+    return JSONResponse(
+        {"detail": "the server's disk is full (No space left on device): the write failed "
+                   "and nothing of this request was stored (the store keeps what it held "
+                   "before); free space on the disk of the store (PRISM_DB) and of the "
+                   "temporary folder, then send the request again"},
+        status_code=507)
+
+
+def _json_error(error: dict[str, object], body: object) -> str:
+    """Where and why a body is not JSON, from FastAPI's error (``loc`` ``("body", offset)``,
+    ``ctx.error`` "Expecting value") or pydantic's (the message names line and column)."""
+    ctx = error.get("ctx")
+    reason = str(ctx.get("error", "") if isinstance(ctx, dict) else "") or str(
+        error.get("msg", ""))
+    loc = error.get("loc")
+    offset = loc[-1] if isinstance(loc, list | tuple) and loc else None
+    if isinstance(offset, int) and not re.search(r"line \d+ column \d+", reason):
+        text = body.decode("utf-8", "replace") if isinstance(body, bytes) else str(body or "")
+        line = text.count("\n", 0, offset) + 1
+        column = offset - (text.rfind("\n", 0, offset) + 1) + 1
+        reason = f"{reason} at line {line} column {column} (char {offset})"
+    return (f"the request body is not valid JSON: {reason}; send a JSON object (Content-Type: "
+            "application/json) as the route's schema in /docs shows")

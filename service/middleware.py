@@ -1,23 +1,33 @@
-"""ASGI middleware: the bearer token, cross-site writes, the request body limit and the HTTP
-metrics.
+"""ASGI middleware: the bearer token, cross-site writes, the request body's limit and
+completeness, the methods a route allows (``OPTIONS``), JSON answers to unexpected errors
+and the HTTP metrics.
 
-Both are plain ASGI (no ``BaseHTTPMiddleware``, which costs a task per request).
+All are plain ASGI (no ``BaseHTTPMiddleware``, which costs a task per request).
 """
 
 from __future__ import annotations
 
 import hmac
+import logging
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from starlette.datastructures import Headers
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Match, Mount
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.errors import PayloadTooLarge, error_response
+from service.errors import (
+    PayloadTooLarge,
+    error_response,
+    is_disk_full,
+    unexpected_error_response,
+)
+
+logger = logging.getLogger(__name__)
 
 #: Request latency buckets (seconds): fine below 25 ms, where cached forecasts answer.
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
@@ -25,11 +35,16 @@ LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0
 
 
 class BodyLimit:
-    """Answer 413 to a request whose body is over ``max_bytes``.
+    """Answer 413 to a request whose body is over ``max_bytes``, and 400 to a multipart body
+    cut short (no closing boundary).
 
     A declared ``Content-Length`` over the limit is refused before the body is read; a body
-    without one (chunked) is counted as it arrives, and reading past the limit raises
-    :class:`PayloadTooLarge` inside the app (mapped to 413 by the exception handler).
+    without one (chunked) is counted as it arrives. Either refusal of a body being read is
+    answered here, not by the app: the app's body parsers would turn any error of the stream
+    into their own answer (FastAPI's JSON body gives 400 "error parsing the body"), and a
+    multipart parser drops a part cut short without a word (the upload would look empty, or
+    lose its last file). The app is then stopped (its next read raises
+    :class:`BodyRefused`) and whatever it answers after that is dropped.
     """
 
     def __init__(self, app: ASGIApp, *, max_bytes: int) -> None:
@@ -41,27 +56,83 @@ class BodyLimit:
             await self.app(scope, receive, send)
             return
         limit = self.max_bytes
-        for name, value in scope.get("headers", ()):
-            if name == b"content-length":
-                try:
-                    declared = int(value)
-                except ValueError:
-                    declared = 0
-                if declared > limit:
-                    await error_response(_too_large(declared, limit))(scope, receive, send)
-                    return
+        headers = Headers(scope=scope)
+        try:
+            declared = int(headers.get("content-length", "0"))
+        except ValueError:
+            declared = 0
+        if declared > limit:
+            await error_response(_too_large(declared, limit))(scope, receive, send)
+            return
+        closing = _closing_delimiter(headers.get("content-type", ""))
         received = 0
+        tail = b""  # the last bytes read, to find a closing delimiter across messages
+        closed = closing is None
+        answered = False  # the app has started its response
+        refused: Response | None = None
+
+        async def refuse(response: Response, exc: Exception) -> NoReturn:
+            nonlocal refused
+            if answered:  # too late to answer here: the app's error handling takes it
+                raise exc
+            refused = response
+            await response(scope, receive, send)
+            raise BodyRefused(str(exc))
 
         async def limited() -> Message:
-            nonlocal received
+            nonlocal received, tail, closed
+            if refused is not None:
+                raise BodyRefused("the request body was refused")
             message = await receive()
-            if message["type"] == "http.request":
-                received += len(message.get("body", b""))
-                if received > limit:
-                    raise _too_large(received, limit)
+            if message["type"] != "http.request":
+                return message
+            body = message.get("body", b"")
+            received += len(body)
+            if received > limit:
+                error = _too_large(received, limit)
+                await refuse(error_response(error), error)
+            if not closed:
+                assert closing is not None
+                seen = tail + body
+                closed = closing in seen
+                tail = seen[-len(closing):]
+                if not closed and not message.get("more_body", False):
+                    detail = (f"the multipart body ends after {received:,} bytes without its "
+                              f"closing boundary {closing.decode('latin-1')!r}: the upload was "
+                              "cut short; send it again whole")
+                    await refuse(JSONResponse({"detail": detail}, status_code=400),
+                                 BodyRefused(detail))
             return message
 
-        await self.app(scope, limited, send)
+        async def watched(message: Message) -> None:
+            nonlocal answered
+            if refused is not None:
+                return  # the app's own answer to the refused body: ours went out
+            if message["type"] == "http.response.start":
+                answered = True
+            await send(message)
+
+        try:
+            await self.app(scope, limited, watched)
+        except Exception:
+            if refused is None:
+                raise
+
+
+class BodyRefused(Exception):  # noqa: N818 - a signal to the app, not a failure of ours
+    """Raised into the app when :class:`BodyLimit` has answered a body it refuses."""
+
+
+def _closing_delimiter(content_type: str) -> bytes | None:
+    """``--boundary--`` of a multipart content type, or ``None`` for any other type."""
+    kind, _, params = content_type.partition(";")
+    if not kind.strip().lower().startswith("multipart/"):
+        return None
+    for param in params.split(";"):
+        name, _, value = param.strip().partition("=")
+        if name.strip().lower() == "boundary" and value.strip().strip('"'):
+            return b"--" + value.strip().strip('"').encode("latin-1") + b"--"
+    return None  # no boundary: the app's parser says what is wrong
 
 
 def _too_large(size: int, limit: int) -> PayloadTooLarge:
@@ -174,3 +245,70 @@ class CrossSiteWrites:
             await response(scope, receive, send)
             return
         await self.app(scope, receive, send)
+
+
+#: The methods ``OPTIONS`` asks each route about (routes may be nested routers: each is asked
+#: whether it serves the path with that method, as the router would).
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
+
+
+class AllowedMethods:
+    """Answer ``OPTIONS`` on a route with 204 and ``Allow`` listing the methods it takes.
+
+    Without it the router answers 405 (and names only the methods of the first route on the
+    path: ``GET`` for ``/v1/forecast``, which also takes ``POST``). A CORS preflight never gets
+    here when CORS is on: :class:`~starlette.middleware.cors.CORSMiddleware`, outside, answers
+    it. A path no route serves, or a mounted app's (``/static``), goes on to the router.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "OPTIONS":
+            await self.app(scope, receive, send)
+            return
+        routes = [r for r in getattr(scope.get("app"), "routes", ()) if not isinstance(r, Mount)]
+        methods = {method for method in _METHODS
+                   if any(r.matches({**scope, "method": method})[0] == Match.FULL
+                          for r in routes)}
+        if not methods:
+            await self.app(scope, receive, send)
+            return
+        allow = ", ".join(sorted(methods | {"OPTIONS"}))
+        await Response(status_code=204, headers={"Allow": allow})(scope, receive, send)
+
+
+class ServerErrors:
+    """Answer an exception that no handler took with JSON (500, or 507 for a full disk) and
+    log its traceback; the exception stops here.
+
+    Starlette's own last resort answers a text 500 and raises the exception again, and uvicorn
+    then closes the connection: a client saw a reset, not an answer (a fit that raised, a
+    disk that filled up under an upload). An exception after the response started cannot be
+    answered: it goes on to uvicorn.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def watched(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watched)
+        except Exception as exc:
+            if started:
+                raise
+            if not is_disk_full(exc):  # a full disk is logged (once, no traceback) as 507
+                logger.exception("500: %s %s failed", scope["method"], scope["path"])
+            await unexpected_error_response(exc)(scope, receive, send)

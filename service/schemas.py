@@ -11,7 +11,16 @@ import re
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    WithJsonSchema,
+    field_validator,
+)
 
 #: A positive duration (``6h``, ``1d``, ``90min``) or a whole number of steps (``144``).
 DURATION_PATTERN = r"^\s*(\d+|\d+(\.\d+)?\s*[A-Za-z]+)\s*$"
@@ -52,21 +61,44 @@ def _as_utc(value: datetime) -> datetime:
 UtcTime = Annotated[datetime, AfterValidator(_as_utc)]
 
 
-def _quantile_list(text: str) -> list[float]:
-    """``"0.5,0.9"`` -> ``[0.5, 0.9]``; each strictly between 0 and 1."""
+def _quantile_levels(value: object) -> list[float]:
+    """Quantile levels from a query: ``"0.5,0.9"``, repeated (``["0.5", "0.9"]``) or both
+    (``["0.5,0.9", "0.99"]``); each strictly between 0 and 1, at most 99."""
+    items = [str(v) for v in (value if isinstance(value, list | tuple) else [value])]
+    if any(len(item) > 1024 for item in items):
+        raise ValueError("a quantiles value is over 1,024 characters; give at most 99 levels")
+    texts = [t.strip() for item in items for t in item.split(",") if t.strip()]
+    if not texts:
+        raise ValueError("give at least one quantile, e.g. quantiles=0.5,0.9,0.99")
+    if len(texts) > 99:
+        raise ValueError(f"at most 99 quantiles; got {len(texts)}")
     try:
-        values = [float(q) for q in text.split(",") if q.strip()]
+        values = [float(t) for t in texts]
     except ValueError:
-        raise ValueError(f"{text!r} is not a comma-separated list of numbers such as "
-                         "0.5,0.9,0.99") from None
-    if not values:
-        raise ValueError("give at least one quantile, e.g. 0.5,0.9,0.99")
+        text = next(t for t in texts if not _is_number(t))
+        raise ValueError(f"{text!r} is not a number: give levels such as 0.5,0.9,0.99, "
+                         "comma-separated or repeated (quantiles=0.5&quantiles=0.9)") from None
     bad = [q for q in values if not 0 < q < 1]
     if bad:
         raise ValueError(f"quantiles must be between 0 and 1 (exclusive); got {bad}")
-    if len(values) > 99:
-        raise ValueError("at most 99 quantiles")
     return values
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+#: Quantile levels of a query, comma-separated, repeated or both; documented as what the
+#: query string holds (strings), validated into numbers.
+QuantileLevels = Annotated[list[float], BeforeValidator(_quantile_levels), WithJsonSchema({
+    "type": "array", "maxItems": 99, "default": ["0.5,0.9,0.99"],
+    "items": {"type": "string", "maxLength": 1024, "examples": ["0.5,0.9,0.99"]},
+    "description": "levels in (0, 1), comma-separated (quantiles=0.5,0.9), repeated "
+                   "(quantiles=0.5&quantiles=0.9) or both; at most 99"})]
 
 
 def _params(items: list[str]) -> dict[str, str]:
@@ -171,24 +203,16 @@ class ForecastQuery(BaseModel):
 
     series_id: SeriesId
     horizon: Horizon = "1d"
-    quantiles: str = Field(default="0.5,0.9,0.99", max_length=1024,
-                           description="comma-separated levels in (0, 1)",
-                           examples=["0.5,0.9,0.99"])
+    quantiles: QuantileLevels = Field(default_factory=lambda: [0.5, 0.9, 0.99])
     model: ModelAlias | None = None
     param: list[Param] = Field(default_factory=list)
     save: bool = Field(default=False, description="save a model fitted with ad-hoc params to "
                        "the registry (models of the default params are always saved)")
 
-    @field_validator("quantiles")
-    @classmethod
-    def _check_quantiles(cls, value: str) -> str:
-        _quantile_list(value)
-        return value
-
     @property
     def levels(self) -> list[float]:
-        """The quantiles as numbers."""
-        return _quantile_list(self.quantiles)
+        """The quantile levels, in the order given."""
+        return self.quantiles
 
     @property
     def params(self) -> dict[str, str]:

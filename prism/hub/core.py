@@ -8,7 +8,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -34,6 +34,9 @@ from prism.ingest.base import IngestOptions
 from prism.ingest.pipeline import ingest
 from prism.schema import freq_seconds
 from prism.store import Store
+
+if TYPE_CHECKING:
+    from prism.capacity import CapacityPlan
 
 logger = logging.getLogger(__name__)
 
@@ -248,6 +251,7 @@ class ForecastHub:
         key = self._key(series_id, spec, loaded, steps, qs)
         hit = self._cache.get(key, spec.alias)
         if hit is not None:
+            self._metrics.forecast_served(hit)
             return hit
         forecaster = loaded.forecaster
         mean, bands = forecaster.forecast_arrays(series_id, steps, qs)
@@ -267,6 +271,7 @@ class ForecastHub:
         self._cache.add(key, fresh, spec.alias)
         self._served.note(series_id, spec.key, version,
                           index.to_numpy().astype("datetime64[ns]").astype(np.int64), mean)
+        self._metrics.forecast_served(fresh)
         return fresh
 
     def cached(
@@ -394,3 +399,12 @@ class ForecastHub:
         return self._metrics.collect(catalogue=self.catalogue() if per_series else {},
                                      errors=errors, status=self.status(), shared=shared,
                                      per_series=per_series)
+
+    def collect_forecasts(self) -> Iterator[Metric]:
+        """Prometheus gauges of the latest forecast served per series (at 1h, 6h, 1d ahead)
+        and of the latest capacity plan per scope (:meth:`HubMetrics.collect_forecasts`)."""
+        return self._metrics.collect_forecasts(self._catalogue.snapshot())
+
+    def note_capacity(self, plan: CapacityPlan) -> None:
+        """Keep the rows of a capacity plan just served, for :meth:`collect_forecasts`."""
+        self._metrics.capacity_planned(plan.rows)

@@ -33,8 +33,8 @@ _ERRORS: dict[int | str, dict[str, object]] = {
 
 
 @router.get("/capacity", response_model=CapacityOut, responses=_ERRORS)
-def capacity(q: Annotated[CapacityQuery, Query()], server: ServerDep,
-             store: StoreDep) -> CapacityOut:
+def get_capacity(q: Annotated[CapacityQuery, Query()], server: ServerDep,
+                 store: StoreDep) -> CapacityOut:
     """GPUs each scope needs over the horizon (GPUs in use at the quantile plus a queue
     allowance), against its capacity: expected shortfall and idle GPU-hours, queueing risk,
     energy, the moves between VCs, and what to do and why."""
@@ -44,6 +44,7 @@ def capacity(q: Annotated[CapacityQuery, Query()], server: ServerDep,
         horizon=q.horizon, quantile=q.quantile,
         reservations=[parse_reservation(r) for r in q.reservation], growth=q.growth,
         watts=watts)
+    server.note_capacity(plan)  # for the capacity gauges of /v1/metrics/forecasts
     return CapacityOut(cluster=q.cluster, horizon=q.horizon, quantile=q.quantile,
                        watts_idle=watts.idle, watts_busy=watts.busy,
                        rows=[CapacityRowOut.model_validate(r)
@@ -63,8 +64,8 @@ _JSON_ERRORS: dict[int | str, dict[str, object]] = {
             responses={**_JSON_ERRORS,
                        200: {"content": {"text/html": {"schema": {"type": "string"}}},
                              "description": "a self-contained HTML page"}})
-def capacity_report(q: Annotated[ReportQuery, Query()], server: ServerDep,
-                    store: StoreDep) -> HTMLResponse:
+def get_capacity_report(q: Annotated[ReportQuery, Query()], server: ServerDep,
+                        store: StoreDep) -> HTMLResponse:
     """The capacity report (what ``prism report`` writes) as one self-contained HTML page."""
     page = report_uc.capacity_report(
         store, HubModels(server, q.model), clusters=[q.cluster] if q.cluster else None,

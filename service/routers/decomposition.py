@@ -15,8 +15,8 @@ router = APIRouter(prefix="/v1/decomposition", tags=["decomposition"])
 
 
 @router.get("", response_model=DecompositionOut, responses={404: {"model": ErrorOut}})
-def decomposition(q: Annotated[DecompositionQuery, Query()], store: StoreDep
-                  ) -> DecompositionOut:
+def get_decomposition(q: Annotated[DecompositionQuery, Query()], store: StoreDep
+                      ) -> DecompositionOut:
     """Decompose a series into primitives (the dictionary learned with its siblings)."""
     return DecompositionOut.model_validate(
         decompose_series(store, q.series_id).summary(top=q.top))

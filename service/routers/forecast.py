@@ -24,8 +24,6 @@ _ERRORS: dict[int | str, dict[str, object]] = {
 }
 
 
-
-
 def _render(served: ServedForecast) -> bytes:
     """A forecast as the ``ForecastOut`` JSON of the answer (validated by the schema)."""
     return ForecastOut.model_validate(served, from_attributes=True).model_dump_json().encode()

@@ -14,7 +14,7 @@ router = APIRouter(prefix="/v1/models", tags=["models"])
 @router.post("/refit", response_model=RefitOut, status_code=status.HTTP_202_ACCEPTED,
              responses={404: {"model": ErrorOut}, 422: {"model": ErrorOut},
                         503: {"model": ErrorOut, "description": "the job queue is full"}})
-def refit(body: RefitRequest, server: ServerDep) -> RefitOut:
+def refit_models(body: RefitRequest, server: ServerDep) -> RefitOut:
     """Queue refits of the models serving these series on the data the server holds now;
     each new model is saved to the registry when its job finishes."""
     refits, fits = refit_served(server, body.series_ids, model=body.model,

@@ -33,7 +33,7 @@ def list_series(q: Annotated[SeriesQuery, Query()], store: StoreDep) -> SeriesLi
 
 @router.get("/values", response_model=ValuesOut,
             responses={404: {"model": ErrorOut}})
-def series_values(q: Annotated[ValuesQuery, Query()], store: StoreDep) -> ValuesOut:
+def get_series_values(q: Annotated[ValuesQuery, Query()], store: StoreDep) -> ValuesOut:
     """Values of one series between ``start`` (inclusive) and ``end`` (exclusive)."""
     frame = series_uc.series_values(store, q.series_id, start=q.start, end=q.end, tail=q.tail)
     points = [{"ts": pd.Timestamp(ts).to_pydatetime(), "value": float(v), "filled": bool(f)}

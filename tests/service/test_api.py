@@ -48,6 +48,7 @@ def test_health_ready_and_metrics_are_open(client: TestClient) -> None:
     assert response.headers["content-type"].startswith("text/plain")
     assert "series_id=" not in response.text  # the open metrics name no cluster, VC or tenant
     assert "prism_http_requests_total" in response.text
+    assert "process_resident_memory_bytes" in response.text  # the process metrics too
     full = client.get("/v1/metrics")
     assert full.status_code == 200
     assert metric(full.text, "prism_series_last_timestamp_seconds",
@@ -90,8 +91,9 @@ def test_naive_forecast_repeats_the_last_value_and_is_then_cached(client: TestCl
     assert second["cached"] is True
     assert {**second, "cached": False} == fc
     text = client.get("/metrics").text
-    assert metric(text, "prism_forecast_cache_total", model="naive", result="miss") == 1
-    assert metric(text, "prism_forecast_cache_total", model="naive", result="hit_memory") == 1
+    assert metric(text, "prism_forecast_cache_lookups_total", model="naive", result="miss") == 1
+    assert metric(text, "prism_forecast_cache_lookups_total", model="naive",
+                  result="hit_memory") == 1
     assert metric(text, "prism_model_fit_duration_seconds_count", model="naive",
                   kind="fit") == 1
     assert metric(text, "prism_http_requests_total", method="GET", route="/v1/forecast",
@@ -150,7 +152,7 @@ def test_ingest_scores_served_forecasts_and_updates_the_model(client: TestClient
         "records": lab_records("2026-03-04", arrived)}).json()
     assert more["changed_series"] == 1 and more["scored_points"] == 6
     text = client.get("/v1/metrics").text
-    mae = metric(text, "prism_forecast_rolling_mae", series_id="lab/all/gpus_in_use",
+    mae = metric(text, "prism_forecast_rolling_mae_gpus", series_id="lab/all/gpus_in_use",
                  model="naive")
     assert mae == pytest.approx(np.mean(np.abs(np.array(arrived) - last)))
     assert metric(text, "prism_forecast_scored_points", series_id="lab/all/gpus_in_use",
@@ -292,7 +294,8 @@ def test_a_restart_reuses_the_saved_model_and_the_duckdb_cache(settings: Setting
                   kind="fit") is None
     assert metric(text, "prism_model_fit_duration_seconds_count", model="naive",
                   kind="load") == 1
-    assert metric(text, "prism_forecast_cache_total", model="naive", result="hit_store") == 1
+    assert metric(text, "prism_forecast_cache_lookups_total", model="naive",
+                  result="hit_store") == 1
 
 
 def test_a_model_saved_by_the_cli_serves_every_series(trace: Trace, tmp_path: Path) -> None:
@@ -318,7 +321,9 @@ def test_cors_is_off_by_default_and_on_when_configured(settings: Settings) -> No
     with started(create_app(settings)) as client:
         plain = client.get("/healthz", headers={"Origin": "https://scheduler.example"})
         assert "access-control-allow-origin" not in plain.headers
-        assert client.options("/v1/series", headers=headers).status_code == 405
+        pre = client.options("/v1/series", headers=headers)  # the methods, but no CORS grant
+        assert pre.status_code == 204 and "GET" in pre.headers["allow"]
+        assert "access-control-allow-origin" not in pre.headers
     allowed = settings.model_copy(update={"cors_origins": ["https://scheduler.example"]})
     with started(create_app(allowed)) as client:
         pre = client.options("/v1/series", headers=headers)

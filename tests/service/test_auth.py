@@ -29,6 +29,7 @@ VALID: dict[tuple[str, str], dict[str, Any]] = {
     ("GET", "/v1/series/export"): {"params": {"series_id": SERIES, "format": "csv"}},
     ("POST", "/v1/models/refit"): {"json": {"series_ids": [SERIES], "model": "naive"}},
     ("GET", "/v1/metrics"): {},
+    ("GET", "/v1/metrics/forecasts"): {},
 }
 
 

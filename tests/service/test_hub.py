@@ -150,8 +150,9 @@ def test_served_forecast_json_round_trip(served: tuple[ForecastHub, Path]) -> No
 
 
 def _cache_results(hub: ForecastHub) -> dict[str, float]:
-    return {s.labels["result"]: s.value for m in hub.collect() if m.name == "prism_forecast_cache"
-            for s in m.samples if s.name == "prism_forecast_cache_total"}
+    return {s.labels["result"]: s.value for m in hub.collect()
+            if m.name == "prism_forecast_cache_lookups"
+            for s in m.samples if s.name == "prism_forecast_cache_lookups_total"}
 
 
 def test_one_cache_keeps_the_rendering_and_drops_both_with_the_data(
