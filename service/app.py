@@ -123,7 +123,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_exception_handler(RequestValidationError, handle_validation_error)
     app.include_router(health.router)
     guarded: dict[int | str, dict[str, Any]] = {
-        401: {"model": ErrorOut, "description": "no or wrong bearer token"}}
+        401: {"model": ErrorOut, "description": "no or wrong bearer token",
+              # JSON on every route, the HTML report's too (whose default is text/html)
+              "content": {"application/json": {"schema": {
+                  "$ref": "#/components/schemas/ErrorOut"}}}}}
     for module in (forecast, series, ingest, decomposition, capacity, models):
         app.include_router(module.router, responses=guarded)
     app.include_router(health.guarded_router, responses=guarded)

@@ -122,3 +122,45 @@ def test_a_model_being_fitted_is_a_valid_answer(fitting_schema: schemathesis.Bas
     series = fitting_schema.find_operation_by_label("GET /v1/series")
     assert series is not None
     assert not being_fitted(response, series.Case(query={}))
+
+
+TOKEN = "schema-token"
+
+
+@pytest.fixture(scope="module")
+def guarded_schema(trace: object, tmp_path_factory: pytest.TempPathFactory
+                   ) -> Iterator[schemathesis.BaseSchema]:
+    """The schema of an app that asks for a bearer token on ``/v1``."""
+    from tests.service.conftest import make_settings
+
+    folder = tmp_path_factory.mktemp("guarded")
+    settings: Settings = make_settings(trace, folder, fit_budget_s=0.5,  # type: ignore[arg-type]
+                                       api_token=TOKEN)
+    app = create_app(settings)
+    with TestClient(app):
+        yield schemathesis.openapi.from_asgi("/openapi.json", app)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("with_token", [True, False], ids=["token", "no-token"])
+@pytest.mark.parametrize("label", OPERATIONS)
+def test_a_guarded_server_conforms_with_and_without_the_token(
+        guarded_schema: schemathesis.BaseSchema, label: str, with_token: bool) -> None:
+    operation = guarded_schema.find_operation_by_label(label)
+    assert operation is not None
+    guarded = " /v1/" in label
+
+    @given(case=operation.as_strategy())
+    @settings(max_examples=EXAMPLES, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    def run(case: schemathesis.Case) -> None:
+        if with_token:
+            case.headers = {**(case.headers or {}), "Authorization": f"Bearer {TOKEN}"}
+        else:
+            case.headers = {k: v for k, v in (case.headers or {}).items()
+                            if k.lower() != "authorization"}
+        response = case.call_and_validate(checks=CHECKS)
+        if guarded and not with_token:
+            assert response.status_code == 401, (label, response.status_code)
+
+    run()
