@@ -14,6 +14,9 @@ into pandas (its contract); ``--mstl-series N`` runs it on the first N series on
 about 10 s a series here) and its series per second are over those. ``--quick`` runs 200
 series; ``--append`` keeps the rows of earlier runs in the results file.
 
+``--cheap`` measures the cheap baselines' vectorised path instead (issue #19 item 8; writes
+``evaluation/results/scale_cheap.{json,csv}``; see :func:`cheap_main`).
+
 Each configuration runs in a fresh Python process. ``wall_s`` is the time of the batch call
 itself (PRISM: the shared fit of a global model, spawning workers, reading, forecasting,
 writing; Ray: with the cluster already started, its start-up is ``startup_s``; MSTL: fit and
@@ -202,8 +205,14 @@ def main(argv: list[str] | None = None) -> int:
                         "configurations)")
     parser.add_argument("--quick", action="store_true", help="200 series")
     parser.add_argument("--output", default="scale", help="results file stem")
+    parser.add_argument("--cheap", action="store_true",
+                        help="time seasonal_naive's vectorised path against statsforecast's "
+                        "SeasonalNaive in this process (scale_cheap.{json,csv})")
+    parser.add_argument("--repeats", type=int, default=5, help="--cheap: timed repeats")
     parser.add_argument("--run-one", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.cheap:
+        return cheap_main(200 if args.quick else args.series[0], args.repeats)
     if args.run_one:
         print(json.dumps(_run_one(json.loads(args.run_one))))
         return 0
@@ -245,6 +254,142 @@ def main(argv: list[str] | None = None) -> int:
             db.unlink(missing_ok=True)
     _write(rows, args.output)
     return 0
+
+
+# -- the cheap baselines' vectorised path (--cheap) ------------------------------------------------
+def cheap_main(n: int, repeats: int) -> int:
+    """Seasonal naive on ``n`` series (28 days at 10 min, a day ahead, quantiles 0.5, 0.9,
+    0.99), all in this one process, interleaved, ``repeats`` times after a warm-up:
+
+    - ``statsforecast_seasonal_naive``: ``StatsForecast([SeasonalNaive(144)], freq="10min",
+      n_jobs=1).forecast(df, h=144, level=[80, 98])`` on the panel as a Nixtla frame;
+    - ``prism_panel``: :func:`prism.forecasters.panel_fast.forecast_panel` on the same panel
+      (validation, conformal calibration on 72 origins a series with its drift correction,
+      the forecast frame);
+    - ``prism_block``: its numpy core, :func:`~prism.forecasters.panel_fast.forecast_block`
+      on the ``(series, time)`` array;
+    - ``prism_batch``: :func:`prism.batch.run_batch` with one worker, end to end (reading the
+      series from DuckDB, writing the forecasts back); it routes the model to the panel path;
+    - ``prism_per_series`` (once): the per-series ``fit``/``predict`` it replaces.
+
+    statsforecast needs pandas < 3: run under an environment that has it (the ``bench`` extra
+    installs it). ``median_s`` is the median wall time; ``ratio_vs_statsforecast`` is that
+    over statsforecast's median. ``peak_mb`` is tracemalloc's peak of Python-side allocations
+    during one extra call (the batch: the RSS growth of the process, sampled every 10 ms, as
+    DuckDB allocates outside tracemalloc's view); ``panel_mb`` the panel's values
+    (``n x 4032`` float64) and ``frame_mb`` its frame (``memory_usage(deep=True)``).
+    Writes ``evaluation/results/scale_cheap.{json,csv}``.
+    """
+    import platform
+    import threading
+    from statistics import median
+
+    import psutil
+    from statsforecast import StatsForecast
+    from statsforecast.models import SeasonalNaive
+
+    from prism import batch
+    from prism.forecasters import get_forecaster
+    from prism.forecasters.panel_fast import forecast_block, forecast_panel, panel_rule
+    from prism.store import Store
+
+    panel = synthetic_block(0, n)[["series_id", "ts", "value"]]
+    nixtla = panel.rename(columns={"series_id": "unique_id", "ts": "ds", "value": "y"})
+    values = panel["value"].to_numpy(dtype=np.float64).reshape(n, STEPS)
+    model = get_forecaster("seasonal_naive")
+    rule = panel_rule(model, 600)
+
+    def sf() -> Any:
+        return StatsForecast(models=[SeasonalNaive(season_length=144)], freq="10min",
+                             n_jobs=1).forecast(df=nixtla, h=144, level=[80, 98])
+
+    with tempfile.TemporaryDirectory(prefix="prism-scale-cheap-") as tmp:
+        db = Path(tmp) / "cheap.duckdb"
+        build_store(db, n)
+        with Store.open(db) as store:
+            runs: dict[str, Any] = {
+                "statsforecast_seasonal_naive": sf,
+                "prism_panel": lambda: forecast_panel(model, panel, "1d", QUANTILES),
+                "prism_block": lambda: forecast_block(rule, values, 144, QUANTILES),
+                "prism_batch": lambda: batch.run_batch(store, model, horizon="1d",
+                                                       quantiles=QUANTILES, workers=1),
+            }
+            times: dict[str, list[float]] = {name: [] for name in runs}
+            for r in range(repeats + 1):  # the first round warms up (imports, numba, caches)
+                for name, call in runs.items():
+                    started = time.perf_counter()
+                    call()
+                    if r:
+                        times[name].append(time.perf_counter() - started)
+            peaks = {name: _traced_peak(call) for name, call in runs.items()
+                     if name != "prism_batch"}
+            peaks["prism_batch"] = _rss_growth(runs["prism_batch"], psutil, threading)
+            started = time.perf_counter()
+            want = get_forecaster("seasonal_naive").fit(panel).predict("1d", QUANTILES)
+            times["prism_per_series"] = [time.perf_counter() - started]
+            peaks["prism_per_series"] = float("nan")
+            got = forecast_panel(model, panel, "1d", QUANTILES)
+            pd.testing.assert_frame_equal(got, want, check_exact=True)
+    panel_mb = values.nbytes / 2**20
+    frame_mb = panel.memory_usage(deep=True).sum() / 2**20
+    sf_median = median(times["statsforecast_seasonal_naive"])
+    rows = [{"n_series": n, "steps": STEPS, "method": name, "repeats": len(t),
+             "median_s": median(t), "min_s": min(t), "max_s": max(t),
+             "ratio_vs_statsforecast": median(t) / sf_median,
+             "peak_mb": peaks[name] / 2**20, "panel_mb": panel_mb, "frame_mb": frame_mb,
+             "peak_over_panel": peaks[name] / 2**20 / panel_mb}
+            for name, t in times.items()]
+    print(f"{'method':<30} {'median':>8} {'ratio':>6} {'peak MB':>8} {'xpanel':>7}")
+    for row in rows:
+        print(f"{row['method']:<30} {row['median_s']:7.3f}s {row['ratio_vs_statsforecast']:6.2f} "
+              f"{row['peak_mb']:8.1f} {row['peak_over_panel']:7.2f}", flush=True)
+    import statsforecast
+
+    meta = {"days": DAYS, "steps": STEPS, "horizon": "1d", "quantiles": list(QUANTILES),
+            "statsforecast_levels": [80, 98], "cpus": sorted(os.sched_getaffinity(0)),
+            "python": platform.python_version(), "numpy": np.__version__,
+            "pandas": pd.__version__, "statsforecast": statsforecast.__version__,
+            "identical_to_per_series": True,
+            "note": "one process, interleaved repeats after a warm-up; shared machine"}
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "scale_cheap.json").write_text(json.dumps({**meta, "runs": rows}, indent=2,
+                                                         default=float) + "\n")
+    pd.DataFrame(rows).to_csv(RESULTS / "scale_cheap.csv", index=False)
+    return 0
+
+
+def _traced_peak(call: Any) -> float:
+    """Bytes of tracemalloc's peak during one call."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        call()
+        return float(tracemalloc.get_traced_memory()[1])
+    finally:
+        tracemalloc.stop()
+
+
+def _rss_growth(call: Any, psutil: Any, threading: Any) -> float:
+    """Bytes by which the process' RSS peaked above its start during one call."""
+    process = psutil.Process()
+    base = peak = process.memory_info().rss
+    running = True
+
+    def watch() -> None:
+        nonlocal peak
+        while running:
+            peak = max(peak, process.memory_info().rss)
+            time.sleep(0.01)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        call()
+    finally:
+        running = False
+        watcher.join()
+    return float(peak - base)
 
 
 def _write(rows: list[dict[str, Any]], stem: str) -> None:

@@ -27,8 +27,11 @@ from prism.batch.work import (
     _fallback,
     _horizon_and_step,
     _Job,
+    _Outcome,
     _Series,
     backtest_positions,
+    panel_job,
+    run_chunk,
 )
 from prism.errors import ConfigError, DataContractError
 from prism.forecasters.base import BaseForecaster, check_quantiles, clone
@@ -163,6 +166,43 @@ def _drive(backend: _Backend, chunks: Iterator[list[_Series]], job: _Job, sink: 
                     done += _give_up(items, job, reason, retry, sink)
         if progress is not None:
             progress(done, total)
+
+
+class _InProcess:
+    """A backend of one slot that runs each chunk in the calling process, when it is waited
+    for: for the cheap baselines' vectorised forecasts (:func:`prism.batch.work.panel_job`),
+    which take less time than starting a worker. The series' budgets hold as in a worker
+    when this is the main thread; a chunk cannot be abandoned (none is running between
+    calls)."""
+
+    name = "local"
+    slots = 1
+
+    def __init__(self, job: _Job) -> None:
+        self.job = job
+        self.pending: deque[tuple[int, list[_Series], float]] = deque()
+
+    def submit(self, key: int, items: list[_Series]) -> None:
+        self.pending.append((key, items, time.monotonic()))
+
+    def started(self, key: int) -> float | None:
+        return next((t for k, _, t in self.pending if k == key), None)
+
+    def wait(self, timeout: float | None) -> list[tuple[int, list[_Outcome] | _Crash]]:
+        out: list[tuple[int, list[_Outcome] | _Crash]] = []
+        while self.pending:
+            key, items, _ = self.pending.popleft()
+            try:
+                out.append((key, run_chunk(self.job, items, threads=None)))
+            except Exception as exc:
+                out.append((key, _Crash(f"the chunk failed: {type(exc).__name__}: {exc}")))
+        return out
+
+    def abandon(self, key: int) -> None:
+        self.pending = deque(p for p in self.pending if p[0] != key)
+
+    def close(self, force: bool = False) -> None:
+        self.pending.clear()
 
 
 def _allowed(items: Sequence[_Series], job: _Job, hard_grace_s: float) -> float:
@@ -364,7 +404,15 @@ def run_batch(
                fallback_season=fallback_season, keep_models=registry_root is not None)
 
     run_id = f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
-    runner = _make_backend(backend, job, workers=workers, ray_address=ray_address)
+    runner: _Backend
+    if backend == "local" and (workers or 1) == 1 and panel_job(job):
+        # a cheap baseline, vectorised: a worker process would cost more than the work, and
+        # without tasks to balance a chunk is a read block (fewer, larger transactions)
+        runner = _InProcess(job)
+        chunk_size = max(int(chunk_size), _READ_BLOCK)
+        logger.info("%s: forecast vectorised in the calling process", model.alias)
+    else:
+        runner = _make_backend(backend, job, workers=workers, ray_address=ray_address)
     store.start_batch_run(
         run_id, task=task, model=model.alias, params=json.dumps(model.get_params(),
                                                                 default=str),

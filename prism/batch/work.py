@@ -26,6 +26,12 @@ from prism.errors import DataContractError
 from prism.evaluation.backtest import CUTOFF, MIN_TRAIN, cutoff_positions
 from prism.forecasters.base import BaseForecaster, FloatArray, clone, horizon_steps
 from prism.forecasters.baselines import NaiveForecaster, SeasonalNaiveForecaster
+from prism.forecasters.panel_fast import (
+    forecast_block,
+    forecast_frame,
+    panel_rule,
+    supports_panel,
+)
 from prism.schema import SERIES_ID, TS, VALUE
 
 IntArray = npt.NDArray[np.int64]
@@ -105,16 +111,80 @@ class _Skip(Exception):  # noqa: N818
 
 
 # -- the work of one series (runs in the workers) -----------------------------------------------
-def run_chunk(job: _Job, items: Sequence[_Series]) -> list[_Outcome]:
+def run_chunk(job: _Job, items: Sequence[_Series], *, threads: int | None = 1
+              ) -> list[_Outcome]:
     """Forecast (or backtest) each series of a chunk; the unit of work of every backend.
 
     Each series gets its own time budget and falls back on failure, so this never raises
-    for a series' sake.
+    for a series' sake. ``threads`` caps the native thread pools meanwhile (``None``: as
+    they are, for a chunk run in the calling process).
     """
     from threadpoolctl import threadpool_limits
 
-    with threadpool_limits(limits=1):
+    with threadpool_limits(limits=threads) if threads else contextlib.nullcontext():
+        if panel_job(job):
+            return _run_panel(job, items)
         return [_run_series(job, item) for item in items]
+
+
+def panel_job(job: _Job) -> bool:
+    """Whether the job's series go through the vectorised panel path (a forecast of a cheap
+    baseline whose fitted models are not kept; :mod:`prism.forecasters.panel_fast`)."""
+    return job.task == "forecast" and not job.keep_models and supports_panel(job.model)
+
+
+def _run_panel(job: _Job, items: Sequence[_Series]) -> list[_Outcome]:
+    """A chunk's forecasts, vectorised over its series of one step and length at a time.
+
+    Only what the per-series path would forecast plainly goes this way: a series with fewer
+    than the model's points, a missing value, or an irregular or unsorted grid, and any group
+    that raises or overruns its budget (``budget_s`` per series in it), is run by
+    :func:`_run_series`, with its checks, messages and fallback. Each series' ``seconds``
+    is its share of its group's time.
+    """
+    out: dict[int, _Outcome] = {}
+    groups: dict[tuple[int, int], list[int]] = {}
+    for i, item in enumerate(items):
+        key = _panel_key(item)
+        if key is None:
+            out[i] = _run_series(job, item)
+        else:
+            groups.setdefault(key, []).append(i)
+    for (freq_s, n), members in groups.items():
+        started = time.perf_counter()
+        try:
+            rule = panel_rule(job.model, freq_s)
+            if n < rule._min_points():
+                raise DataContractError("shorter than the model needs")  # one by one
+            steps = horizon_steps(job.horizon, freq_s)
+            values = np.stack([items[i].values for i in members])
+            with _alarm(None if job.budget_s is None else job.budget_s * len(members)):
+                mean, bands = forecast_block(rule, values, steps, job.quantiles)
+        except (Exception, _BudgetExceeded):  # the per-series path says what went wrong
+            for i in members:
+                out[i] = _run_series(job, items[i])
+            continue
+        last = np.array([items[i].ts[-1] for i in members], dtype=np.int64)
+        frame = forecast_frame([items[i].series_id for i in members], last, freq_s,
+                               job.model.alias, mean, bands, job.quantiles)
+        share = (time.perf_counter() - started) / len(members)
+        for r, i in enumerate(members):
+            out[i] = _Outcome(items[i].series_id, "ok", None, share,
+                              frame.iloc[r * steps:(r + 1) * steps])
+    return [out[i] for i in range(len(items))]
+
+
+def _panel_key(item: _Series) -> tuple[int, int] | None:
+    """``(step in seconds, length)`` of a series the panel path takes as it is, else
+    ``None`` (the per-series path checks it and says what is wrong)."""
+    n = len(item.values)
+    if n < 2 or not np.isfinite(item.values).all():
+        return None
+    diffs = np.diff(item.ts)
+    step = int(diffs[0])
+    if step <= 0 or step % 1_000_000_000 or (diffs != step).any():
+        return None
+    return step // 1_000_000_000, n
 
 
 def _run_series(job: _Job, item: _Series) -> _Outcome:

@@ -9,31 +9,59 @@ random, so none takes a ``random_state``.
 
 from __future__ import annotations
 
+import abc
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from prism.errors import DataContractError
-from prism.forecasters.base import BaseForecaster, FloatArray, Paths, _seasonal_naive_paths
+from prism.forecasters.base import BaseForecaster, FloatArray, Paths
 
 Ends = npt.NDArray[np.int64]
 
 
-class NaiveForecaster(BaseForecaster):
+class _PanelRule(BaseForecaster):
+    """A baseline whose rule forecasts every row of a 2-D panel at once.
+
+    ``_forecast_panel`` is the rule, written once over ``(series, time)``: the per-series
+    ``_forecast_many`` is its one-row case, and :mod:`prism.forecasters.panel_fast` runs it
+    (and the conformal calibration) over many series of one step and length together, with
+    the same numbers.
+    """
+
+    def _fit(self, values: dict[str, FloatArray]) -> None:
+        self._learn_rule()
+
+    def _learn_rule(self) -> None:  # noqa: B027 (optional hook)
+        """Set the rule's state (a season or a window in steps) from ``freq_s_`` alone."""
+
+    def _min_points(self) -> int:
+        """The fewest points a series needs for ``fit`` (after :meth:`_learn_rule`)."""
+        return 2
+
+    @abc.abstractmethod
+    def _forecast_panel(self, values: FloatArray, ends: Ends, steps: int) -> FloatArray:
+        """``(n_series, len(ends), steps)`` forecasts of each row of ``values`` (series of
+        one length) from each origin, using ``values[:, :end]`` only; may be a read-only
+        broadcast view."""
+
+    def _forecast_many(self, series_id: str, history: FloatArray, ends: Ends,
+                       steps: int) -> FloatArray:
+        return np.array(self._forecast_panel(history[None, :], ends, steps)[0])
+
+
+class NaiveForecaster(_PanelRule):
     """The last value, for ever (no hyperparameters)."""
 
     alias = "naive"
 
-    def _fit(self, values: dict[str, FloatArray]) -> None:
-        pass  # nothing to learn
-
-    def _forecast_many(self, series_id: str, history: FloatArray, ends: Ends,
-                       steps: int) -> FloatArray:
-        return np.repeat(history[ends - 1][:, None], steps, axis=1)
+    def _forecast_panel(self, values: FloatArray, ends: Ends, steps: int) -> FloatArray:
+        last = values[:, ends - 1]
+        return np.broadcast_to(last[:, :, None], (*last.shape, steps))
 
 
-class SeasonalNaiveForecaster(BaseForecaster):
+class SeasonalNaiveForecaster(_PanelRule):
     """The last season, repeated.
 
     Args:
@@ -51,7 +79,7 @@ class SeasonalNaiveForecaster(BaseForecaster):
         return [{"season": "1h"}, {"season": "6"}]
 
     def _fit(self, values: dict[str, FloatArray]) -> None:
-        self.season_steps_ = self._steps_of(self.season)
+        self._learn_rule()
         short = [sid for sid, v in self.history_.items() if len(v) < self.season_steps_]
         if short:
             raise DataContractError(
@@ -59,12 +87,23 @@ class SeasonalNaiveForecaster(BaseForecaster):
                 "shorter season or more history"
             )
 
-    def _forecast_many(self, series_id: str, history: FloatArray, ends: Ends,
-                       steps: int) -> FloatArray:
-        return _seasonal_naive_paths(history, ends, steps, self.season_steps_)
+    def _learn_rule(self) -> None:
+        self.season_steps_ = self._steps_of(self.season)
+
+    def _min_points(self) -> int:
+        return max(2, self.season_steps_)
+
+    def _forecast_panel(self, values: FloatArray, ends: Ends, steps: int) -> FloatArray:
+        # as base._seasonal_naive_paths: the season before each origin, repeated; the last
+        # value from an origin less than a season in
+        season = self.season_steps_
+        k = np.arange(steps)
+        idx = np.where((ends >= season)[:, None], (ends - season)[:, None] + k[None, :] % season,
+                       (ends - 1)[:, None])
+        return values[:, idx]
 
 
-class WindowAverageForecaster(BaseForecaster):
+class WindowAverageForecaster(_PanelRule):
     """The mean of the last window.
 
     Args:
@@ -81,16 +120,15 @@ class WindowAverageForecaster(BaseForecaster):
         """Settings for the conformance suite."""
         return [{"window": "1h"}, {"window": "3"}]
 
-    def _fit(self, values: dict[str, FloatArray]) -> None:
+    def _learn_rule(self) -> None:
         self.window_steps_ = self._steps_of(self.window)
 
-    def _forecast_many(self, series_id: str, history: FloatArray, ends: Ends,
-                       steps: int) -> FloatArray:
+    def _forecast_panel(self, values: FloatArray, ends: Ends, steps: int) -> FloatArray:
         w = self.window_steps_
-        csum = np.concatenate([[0.0], np.cumsum(history)])
+        csum = np.concatenate([np.zeros((len(values), 1)), np.cumsum(values, axis=1)], axis=1)
         starts = np.maximum(ends - w, 0)
-        means = (csum[ends] - csum[starts]) / (ends - starts)
-        return np.repeat(means[:, None], steps, axis=1)
+        means = (csum[:, ends] - csum[:, starts]) / (ends - starts)
+        return np.broadcast_to(means[:, :, None], (*means.shape, steps))
 
 
 #: Native quantile levels of ``time_of_day_quantile``.

@@ -1,0 +1,145 @@
+"""The vectorised panel path of the cheap baselines gives the per-series path's numbers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from prism import batch
+from prism.batch.work import _Job, _run_series, _Series, run_chunk
+from prism.errors import ConfigError, DataContractError
+from prism.forecasters import get_forecaster
+from prism.forecasters.panel_fast import (
+    PANEL_MODELS,
+    _sorted_quantiles,
+    forecast_panel,
+    supports_panel,
+)
+from prism.store import Store
+
+QUANTILES = (0.01, 0.1, 0.5, 0.9, 0.975, 0.99)
+CASES = [pytest.param(cls.alias, params, id=f"{cls.alias}-{i}")
+         for cls in PANEL_MODELS for i, params in enumerate([*cls.test_params(), {}])]
+
+
+def mixed_panel(n: int = 50, seed: int = 7) -> pd.DataFrame:
+    """``n`` seeded 10-minute series of several lengths (1 to 9 days, one of 100 points)
+    and levels (0.5 to 500); one idle (all zeros) and one with a step of its level."""
+    rng = np.random.default_rng(seed)
+    lengths = (150, 288, 432, 700, 1296, 100)
+    frames = []
+    for i in range(n):
+        steps = lengths[i % len(lengths)] if i else 1296
+        t = np.arange(steps)
+        level = float(rng.lognormal(2.5, 1.5))
+        value = (level + 0.3 * level * np.sin(2 * np.pi * t / 144 + i)
+                 + rng.normal(0, 0.05 * level, steps))
+        if i == 0:
+            value = np.zeros(steps)  # idle
+        if i == 1:
+            value[steps // 2:] += 3 * level  # a step
+        frames.append(pd.DataFrame({
+            "series_id": f"c{i % 3}/vc{i:03d}/gpus_in_use",
+            "ts": pd.date_range("2026-01-05", periods=steps, freq="10min"),
+            "value": np.maximum(0.0, value).round(3)}))
+    return pd.concat(frames, ignore_index=True)
+
+
+@pytest.mark.parametrize(("alias", "params"), CASES)
+def test_panel_path_equals_per_series_fit_and_predict(alias: str, params: dict[str, Any]) -> None:
+    panel = mixed_panel()
+    if alias == "seasonal_naive" and not params:
+        panel = panel[panel.groupby("series_id")["ts"].transform("size") >= 144]
+    want = get_forecaster(alias, **params).fit(panel).predict("1d", QUANTILES)
+    got = forecast_panel(get_forecaster(alias, **params), panel, "1d", QUANTILES)
+    pd.testing.assert_frame_equal(got, want, check_exact=True)
+
+
+def test_panel_path_keeps_the_frame_style_and_the_errors_of_fit() -> None:
+    panel = mixed_panel(6)
+    nixtla = panel.rename(columns={"series_id": "unique_id", "ts": "ds", "value": "y"})
+    model = get_forecaster("naive")
+    pd.testing.assert_frame_equal(forecast_panel(model, nixtla, 6, (0.5,)),
+                                  get_forecaster("naive").fit(nixtla).predict(6, (0.5,)),
+                                  check_exact=True)
+    pd.testing.assert_frame_equal(forecast_panel(model, panel, 3, ()),
+                                  get_forecaster("naive").fit(panel).predict(3, ()),
+                                  check_exact=True)
+    with pytest.raises(DataContractError, match="shorter than one season") as fit_error:
+        get_forecaster("seasonal_naive", season="1d").fit(panel)
+    with pytest.raises(DataContractError, match="shorter than one season") as fast_error:
+        forecast_panel(get_forecaster("seasonal_naive", season="1d"), panel, 6)
+    assert str(fast_error.value) == str(fit_error.value)
+    assert not supports_panel(get_forecaster("time_of_day_quantile"))
+    with pytest.raises(ConfigError, match="no vectorised panel path"):
+        forecast_panel(get_forecaster("time_of_day_quantile"), panel, 6)
+
+
+@pytest.mark.parametrize("size", [24, 25, 96, 1_000, 7_777])
+def test_sorted_quantiles_are_numpys_bit_for_bit(size: int) -> None:
+    rng = np.random.default_rng(size)
+    rows = np.sort(rng.normal(0, 10, (5, size)).round(1), axis=1)  # ties, as real errors have
+    rows[0] = 0.0
+    levels = np.array([0.005, 0.01, 0.1, 0.5, 0.9, 0.9047619, 0.93, 0.99, 0.995])
+    assert np.array_equal(_sorted_quantiles(rows, levels), np.quantile(rows, levels, axis=1))
+
+
+# -- the batch engine routes cheap models through the panel path ----------------------------------
+def fill(store: Store, panel: pd.DataFrame) -> None:
+    rows = panel.assign(cluster=panel["series_id"].str.split("/").str[0], filled=False)
+    store.insert_frame("series_values", rows, ["cluster", "series_id", "ts", "value", "filled"])
+    catalogue = rows.groupby("series_id").agg(
+        cluster=("cluster", "first"), first_ts=("ts", "min"), last_ts=("ts", "max"),
+        n_points=("ts", "size")).reset_index()
+    catalogue["scope"] = catalogue["series_id"].str.split("/").str[1]
+    catalogue["metric"] = "gpus_in_use"
+    catalogue["freq"] = "10min"
+    store.insert_frame("series", catalogue, ["series_id", "cluster", "scope", "metric", "freq",
+                                             "first_ts", "last_ts", "n_points"])
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_batch_of_a_cheap_model_forecasts_what_fit_does(workers: int) -> None:
+    panel = mixed_panel(12)  # two of 100 points: shorter than a day, forecast by naive
+    store = Store.open(":memory:")
+    fill(store, panel)
+    report = batch.run_batch(store, get_forecaster("seasonal_naive"), horizon="3h",
+                             quantiles=(0.1, 0.5, 0.9), workers=workers, chunk_size=4)
+    short = {"c2/vc005/gpus_in_use", "c2/vc011/gpus_in_use"}
+    assert (report.ok, report.fallback, report.workers) == (10, 2, workers)
+    frames = []
+    for sid, group in panel.groupby("series_id"):
+        model = get_forecaster("naive" if sid in short else "seasonal_naive")
+        frames.append(model.fit(group).predict("3h", (0.1, 0.5, 0.9)))
+    want = pd.concat(frames, ignore_index=True).assign(model="seasonal_naive")
+    pd.testing.assert_frame_equal(batch.run_frame(store, report.run_id), want,
+                                  check_exact=True)
+    store.close()
+
+
+def test_a_chunk_sends_what_the_panel_path_cannot_take_one_by_one() -> None:
+    panel = mixed_panel(4)
+    items = []
+    for sid, group in panel.groupby("series_id"):
+        ts = group["ts"].to_numpy("datetime64[ns]").view(np.int64)
+        items.append(_Series(str(sid), ts, group["value"].to_numpy(dtype=np.float64)))
+    broken = items[1].values.copy()
+    broken[5] = np.nan
+    items[1] = _Series(items[1].series_id, items[1].ts, broken)
+    gap = np.r_[items[2].ts[:10], items[2].ts[11:]]
+    items[2] = _Series(items[2].series_id, gap, items[2].values[1:])
+    job = _Job(task="forecast", model=get_forecaster("window_average"), shared=(),
+               horizon=6, quantiles=(0.5, 0.9), windows=1, step=None, budget_s=None,
+               fallback_season="1d")
+    got = run_chunk(job, items)
+    want = [_run_series(job, item) for item in items]
+    assert [o.status for o in got] == [o.status for o in want] == ["ok", "failed", "failed", "ok"]
+    assert [o.reason for o in got] == [o.reason for o in want]
+    for g, w in zip(got, want, strict=True):
+        if w.frame is not None:
+            assert g.frame is not None
+            pd.testing.assert_frame_equal(g.frame.reset_index(drop=True), w.frame,
+                                          check_exact=True)
