@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from datetime import datetime
+from html import unescape
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +14,7 @@ import pytest
 
 from prism.capacity import DISTRIBUTION_LEVELS, plan_capacity
 from prism.cli import main
-from prism.reports.capacity import ReportData, render_html
+from prism.reports.capacity import ClusterSection, ReportData, render_html
 from tests import chromium
 
 START = pd.Timestamp("2026-01-05")
@@ -184,3 +185,70 @@ def test_report_pdf(lab: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str
                  "--model", "naive", "--horizon", "6h", "--pdf"]) == 0, capsys.readouterr().err
     pdf = output.with_suffix(".pdf").read_bytes()
     assert pdf.startswith(b"%PDF") and pdf.count(b"/Type /Page") >= 2
+
+
+def _planning(prism_saved: float, prism_unmet: float) -> pd.DataFrame:
+    """A planning table of totals: yesterday's peak saves 35 % with 0.5 % unmet; prism's p95
+    (the report's quantile) and p99 as given, p99 saving 10 points less with half the unmet."""
+    rows = [("yesterday's peak", "", np.nan, 0.35, 0.005),
+            ("prism p95", "prism", 0.95, prism_saved, prism_unmet),
+            ("prism p99", "prism", 0.99, prism_saved - 0.1, prism_unmet / 2),
+            ("naive p95", "naive", 0.95, 0.5, 0.001)]
+    return pd.DataFrame([{"metric": "gpus_in_use", "plan": plan, "model": model,
+                          "quantile": q, "block": "1d", "series": 2, "windows": 7,
+                          "idle_gpu_hours": 100 * (1 - saved), "saved_share": saved,
+                          "unmet_gpu_hours": 1000 * unmet, "unmet_share": unmet,
+                          "demand_gpu_hours": 1000.0} for plan, model, q, saved, unmet in rows])
+
+
+def _report(planning: pd.DataFrame | None, accuracy: pd.DataFrame | None = None) -> str:
+    """The page of one cluster with this planning table and accuracy, as text (unescaped)."""
+    from prism.forecasters import get_forecaster
+
+    history = pd.DataFrame({"series_id": "lab/vc1/gpus_in_use",
+                            "ts": pd.date_range(START, periods=288, freq="10min"),
+                            "value": np.tile([4.0, 6.0], 144)})
+    forecast = get_forecaster("naive").fit(history).predict("6h", list(DISTRIBUTION_LEVELS))
+    plan = plan_capacity(forecast, {"vc1": 8.0}, quantile=0.95, freq_s=600)
+    section = ClusterSection(cluster="lab", plan=plan, scopes=(), planning=planning)
+    return unescape(render_html(ReportData(horizon="6h", quantile=0.95, model="prism",
+                                           generated_at=datetime(2026, 1, 1),
+                                           clusters=(section,), accuracy=accuracy)))
+
+
+LOSES = "prism's plan does not beat yesterday's peak on this backtest"
+
+
+def test_report_warns_when_prism_does_not_beat_yesterdays_peak() -> None:
+    # p95 saves 20 % with 0.2 % unmet, p99 10 % with 0.1 %: none saves the 35 % of yesterday's
+    # peak with no more than its 0.5 % unmet
+    html = _report(_planning(0.20, 0.002))
+    assert LOSES in html
+    assert ("provisioning each VC at yesterday's peak saved 35.0 % of the static peak's idle "
+            "GPU-hours with 0.50 % of demand unmet, while the best prism quantile leaving no "
+            "more unmet, p95, saved only 20.0 % (0.20 % unmet)") in html
+    assert "gpus_in_use, daily levels" in html
+    # every quantile leaves more unmet
+    assert "every prism quantile backtested left more demand unmet" in _report(
+        _planning(0.30, 0.02))
+
+
+def test_report_stays_quiet_when_prism_beats_yesterdays_peak() -> None:
+    # p95 saves 40 % with 0.2 % unmet: more saved, less unmet
+    html = _report(_planning(0.40, 0.002))
+    assert LOSES not in html and "class='warning'" not in html
+    # no backtest of prism: nothing to warn about
+    naive_only = _planning(0.2, 0.002)
+    html = _report(naive_only[naive_only["model"] != "prism"])
+    assert LOSES not in html and "class='warning'" not in html
+
+
+def test_report_warns_when_coverage_is_below_nominal() -> None:
+    accuracy = pd.DataFrame({"model": ["prism", "naive"], "coverage_80": [0.83, 0.5],
+                             "coverage_90": [0.84, 0.6]})
+    html = _report(None, accuracy)
+    assert ("prism's forecasts are overconfident: in the last accuracy backtest its central "
+            "90 % interval held only 84.0 % of the actual values (nominal 90 %)") in html
+    assert "central 80 % interval" not in html  # 83 % covered: at least nominal
+    fine = accuracy.assign(coverage_90=[0.91, 0.6])
+    assert "overconfident" not in _report(None, fine)

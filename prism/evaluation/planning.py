@@ -11,6 +11,8 @@ the window starts. The plans compared:
                             day), for every block of the window
 ``same block yesterday``    the peak of the same block one ``horizon`` earlier (hourly plans)
 ``oracle``                  the block's actual peak: perfect knowledge, the limit of the block
+``yesterday's peak +<h>%``  yesterday's peak with a ``h`` % margin (``headroom``): the simple
+                            rule's own saved-vs-unmet trade-off
 ``<model> p<q>``            the peak over the block of the model's day-ahead ``q``-quantile
                             forecast
 ==========================  ==================================================================
@@ -24,6 +26,12 @@ Definitions, per step of ``step_h`` hours, with ``y`` the actual and ``L`` the l
 - unmet demand ``sum max(y - L, 0) * step_h``, and its share of the demand
   ``sum y * step_h``;
 - GPU-hours saved: ``1 - idle / idle of the static peak plan`` over the same steps.
+
+A plan family (a model over its quantiles, yesterday's peak over its margins) traces a
+frontier of ``(unmet share, saved share)`` points (:func:`planning_frontier`); a family beats
+another's point when one of its points saves at least as much with no more demand unmet
+(:func:`versus_reference`). :func:`choose_quantiles` picks, per series, the cheapest quantile
+whose unmet share meets a target.
 
 On the 16 Helios Earth VCs (``gpus_in_use``, 10 min, the last 7 days of May 2020) the static
 peak leaves 38,556.5 idle GPU-hours, yesterday's peak saves 35.1 % of them with 0.52 % of the
@@ -59,6 +67,8 @@ YESTERDAY = "yesterday's peak"
 SAME_BLOCK = "same block yesterday"
 ORACLE = "oracle"
 REFERENCES = (STATIC, YESTERDAY, SAME_BLOCK, ORACLE)
+#: The unmet share of demand a chosen provisioning quantile may leave (0.3 %).
+MAX_UNMET = 0.003
 #: The columns of a planning table, in order.
 COLUMNS = ("plan", "model", "quantile", "block", "series", "windows", "idle_gpu_hours",
            "saved_share", "unmet_gpu_hours", "unmet_share", "demand_gpu_hours")
@@ -109,6 +119,7 @@ def plan_levels(
     horizon: str | int,
     quantiles: Sequence[float] = (),
     capacity: Mapping[str, float] | None = None,
+    headroom: Sequence[float] = (),
 ) -> pd.DataFrame:
     """The level each plan provisions at each replayed step.
 
@@ -120,9 +131,12 @@ def plan_levels(
         horizon: the window length (``yesterday`` is one horizon back).
         quantiles: forecast quantiles to plan from (their ``p..`` columns must be in the frame).
         capacity: series id -> installed GPUs; plans are capped there.
+        headroom: margins over yesterday's peak (``0.1``: 10 % more), one plan each
+            (:func:`headroom_plan`).
 
     Returns:
-        ``series_id, ts, cutoff, value`` and one column per plan (references and ``p..``).
+        ``series_id, ts, cutoff, value`` and one column per plan (references, margins and
+        ``p..``).
 
     Raises:
         ConfigError: for a block that does not divide the horizon into whole steps.
@@ -151,6 +165,9 @@ def plan_levels(
     out[SAME_BLOCK] = out.groupby(keys)["_previous"].transform("max")
     out[ORACLE] = out.groupby(keys)[VALUE].transform("max")
     plans = list(REFERENCES)
+    for margin in headroom:
+        out[headroom_plan(margin)] = out[YESTERDAY] * (1.0 + float(margin))
+        plans.append(headroom_plan(margin))
     for q in quantiles:
         col = quantile_column(q)
         if col not in frame.columns:
@@ -206,6 +223,7 @@ def planning_table(
     quantiles: Sequence[float] = (0.9, 0.95, 0.99),
     blocks: Sequence[str] = ("1d", "1h"),
     capacity: Mapping[str, float] | None = None,
+    headroom: Sequence[float] = (),
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Score the references and each model's quantile plans on a backtest frame.
 
@@ -218,6 +236,7 @@ def planning_table(
         quantiles: provisioning quantiles (columns of the frame).
         blocks: provisioning blocks (each divides the horizon).
         capacity: series id -> installed GPUs (plans are capped there).
+        headroom: margins over yesterday's peak scored as references (:func:`plan_levels`).
 
     Returns:
         ``(table, by_series)``: totals per plan and block (:data:`COLUMNS`), and the same per
@@ -234,8 +253,10 @@ def planning_table(
     base = frame if not models else frame[frame[MODEL] == models[0]]
     parts = []
     for block in blocks:
-        refs = plan_levels(base, panel, block=block, horizon=horizon, capacity=capacity)
+        refs = plan_levels(base, panel, block=block, horizon=horizon, capacity=capacity,
+                           headroom=headroom)
         plans = [p for p in REFERENCES if not (p == SAME_BLOCK and _same(block, horizon))]
+        plans += [headroom_plan(m) for m in headroom]
         scored = score_plans(refs, plans, freq_s=freq_s)
         scored["model"], scored["quantile"] = "", np.nan
         scored["block"] = block
@@ -294,6 +315,7 @@ def planning_backtest(
     blocks: Sequence[str] = ("1d", "1h"),
     capacity: Mapping[str, float] | None = None,
     frame: pd.DataFrame | None = None,
+    headroom: Sequence[float] = (),
 ) -> PlanningResult:
     """Replay the last ``days`` windows: backtest the forecasters day-ahead and score the plans.
 
@@ -307,6 +329,7 @@ def planning_backtest(
         capacity: series id -> installed GPUs (plans are capped there).
         frame: a backtest frame already computed on this panel with these windows (its models
             are scored instead of backtesting ``forecasters``).
+        headroom: margins over yesterday's peak scored as references.
 
     Returns:
         The :class:`PlanningResult`.
@@ -322,11 +345,171 @@ def planning_backtest(
     if frame is None:
         frame = window_rows(panel, horizon=horizon, windows=days)
     table, by_series = planning_table(frame, panel, horizon=horizon, quantiles=quantiles,
-                                      blocks=blocks, capacity=capacity)
+                                      blocks=blocks, capacity=capacity, headroom=headroom)
     return PlanningResult(table, by_series, frame)
 
 
+def headroom_plan(margin: float) -> str:
+    """The name of the plan "yesterday's peak with ``margin`` more" (``0.1``: ``+10%``)."""
+    return f"{YESTERDAY} +{round(float(margin) * 100, 6):g}%"
+
+
+#: The columns of a frontier (after any extra key of the table, such as ``metric``).
+FRONTIER_COLUMNS = ("block", "family", "setting", "plan", "unmet_share", "saved_share",
+                    "idle_gpu_hours", "unmet_gpu_hours")
+
+
+def planning_frontier(table: pd.DataFrame) -> pd.DataFrame:
+    """The saved-vs-unmet points of each plan family, per block.
+
+    Args:
+        table: a planning table (:data:`COLUMNS`, totals or per series, extra keys kept).
+
+    Returns:
+        :data:`FRONTIER_COLUMNS`, one row per plan: ``family`` is the model (``setting``: the
+        quantile), yesterday's peak (``setting``: its margin, 0 for the plain rule) or another
+        reference (``setting`` NaN); sorted by key, block, family and unmet share.
+    """
+    extra = [c for c in table.columns if c not in (*COLUMNS, "static_idle_gpu_hours")]
+    out = table.copy()
+    margins = out["plan"].map(_margin)
+    is_model = out["model"].fillna("").astype(str) != ""
+    out["family"] = np.where(is_model, out["model"].astype(str),
+                             np.where(margins.notna(), YESTERDAY, out["plan"]))
+    out["setting"] = np.where(is_model, out["quantile"], margins).astype(np.float64)
+    out = out[[*extra, *FRONTIER_COLUMNS]]
+    return out.sort_values([*extra, "block", "family", "unmet_share", "setting"],
+                           kind="stable").reset_index(drop=True)
+
+
+def best_within(points: pd.DataFrame, max_unmet: float) -> pd.Series | None:
+    """The point saving most among those leaving at most ``max_unmet`` of demand unmet.
+
+    Args:
+        points: rows with ``unmet_share`` and ``saved_share`` (e.g. one family of
+            :func:`planning_frontier`, or one model's rows of a planning table).
+        max_unmet: the largest unmet share allowed.
+
+    Returns:
+        The row (ties: the one leaving less unmet), or ``None`` when no point meets it.
+    """
+    unmet = points["unmet_share"].fillna(0.0)  # no demand: nothing unmet
+    within = points[unmet <= max_unmet + 1e-12]
+    if within.empty:
+        return None
+    ranked = within.assign(_u=unmet[within.index]).sort_values(
+        ["saved_share", "_u"], ascending=[False, True], kind="stable")
+    return ranked.drop(columns="_u").iloc[0]
+
+
+def choose_quantiles(by_series: pd.DataFrame, *, model: str, block: str = "1d",
+                     max_unmet: float = MAX_UNMET) -> pd.DataFrame:
+    """The provisioning quantile of each scope: the cheapest whose unmet share meets a target.
+
+    Among ``model``'s quantiles backtested on a series, the one leaving the fewest idle
+    GPU-hours with an unmet share of at most ``max_unmet``. When none meets it, the highest
+    quantile (the safest there is), with ``meets_target`` false and a logged warning.
+
+    Args:
+        by_series: a per-series planning table (:func:`planning_table`'s second part); without
+            ``series_id`` its rows count as one scope.
+        model: the model whose quantiles are chosen from.
+        block: the provisioning block (``1d``, ``1h``).
+        max_unmet: the unmet share of demand allowed (0.003: 0.3 %).
+
+    Returns:
+        ``[series_id,] model, block, quantile, unmet_share, saved_share, idle_gpu_hours,
+        meets_target``, one row per series.
+
+    Raises:
+        DataContractError: when the table has no quantile rows of ``model`` at ``block``.
+    """
+    rows = by_series[(by_series["model"] == model) & (by_series["block"] == block)
+                     & by_series["quantile"].notna()]
+    if rows.empty:
+        known = sorted(str(m) for m in by_series["model"].dropna().unique() if m)
+        raise DataContractError(f"the planning table has no quantile plans of {model!r} at "
+                                f"block {block!r} (models: {', '.join(known) or 'none'}); "
+                                f"backtest {model} with --planning first")
+    keys = [SERIES_ID] if SERIES_ID in rows.columns else []
+    groups = rows.groupby(keys, sort=True) if keys else [((), rows)]
+    chosen, missed = [], []
+    for key, group in groups:
+        unmet = group["unmet_share"].fillna(0.0)
+        within = group[unmet <= max_unmet + 1e-12]
+        if within.empty:
+            pick = group.sort_values("quantile", kind="stable").iloc[-1]
+            missed.append(f"{key[0] if keys else 'the table'} ({pick['unmet_share']:.2%} "
+                          f"unmet at p{pick['quantile'] * 100:g})")
+        else:
+            pick = within.sort_values(["idle_gpu_hours", "quantile"], kind="stable").iloc[0]
+        chosen.append({**({SERIES_ID: key[0]} if keys else {}), "model": model,
+                       "block": block, "quantile": float(pick["quantile"]),
+                       "unmet_share": float(pick["unmet_share"]),
+                       "saved_share": float(pick["saved_share"]),
+                       "idle_gpu_hours": float(pick["idle_gpu_hours"]),
+                       "meets_target": not within.empty})
+    if missed:
+        logger.warning("no quantile of %s keeps the unmet share at most %.2f %% (block %s) "
+                       "for %s; the highest quantile is used there", model, max_unmet * 100,
+                       block, ", ".join(missed))
+    return pd.DataFrame(chosen)
+
+
+def versus_reference(table: pd.DataFrame, model: str, *,
+                     reference: str = YESTERDAY) -> pd.DataFrame:
+    """Whether ``model``'s plans beat a reference plan, per block (and extra key).
+
+    The model beats the reference when one of its quantiles saves at least as much with no
+    more demand unmet, and strictly better on one of the two.
+
+    Args:
+        table: a planning table of totals (:data:`COLUMNS`, extra keys such as ``metric``).
+        model: the model.
+        reference: the reference plan (default: yesterday's peak).
+
+    Returns:
+        ``[extra keys,] block, reference_saved, reference_unmet, quantile, saved_share,
+        unmet_share, beats``: the model's point saving most with no more unmet than the
+        reference (``quantile`` NaN when every quantile leaves more unmet); empty when the
+        table has no rows of the model or of the reference.
+    """
+    extra = [c for c in table.columns if c not in (*COLUMNS, "static_idle_gpu_hours")]
+    keys = [*extra, "block"]
+    rows = []
+    for key, group in table.groupby(keys, sort=False, dropna=False):
+        ref = group[group["plan"] == reference]
+        mine = group[(group["model"] == model) & group["quantile"].notna()]
+        if ref.empty or mine.empty:
+            continue
+        ref_saved = float(ref["saved_share"].iloc[0])
+        ref_unmet = float(np.nan_to_num(ref["unmet_share"].iloc[0]))
+        best = best_within(mine, ref_unmet)
+        saved = np.nan if best is None else float(best["saved_share"])
+        unmet = np.nan if best is None else float(np.nan_to_num(best["unmet_share"]))
+        beats = best is not None and (saved > ref_saved or (saved == ref_saved
+                                                            and unmet < ref_unmet))
+        rows.append({**dict(zip(keys, key, strict=True)), "reference_saved": ref_saved,
+                     "reference_unmet": ref_unmet,
+                     "quantile": np.nan if best is None else float(best["quantile"]),
+                     "saved_share": saved, "unmet_share": unmet, "beats": bool(beats)})
+    return pd.DataFrame(rows, columns=[*keys, "reference_saved", "reference_unmet", "quantile",
+                                       "saved_share", "unmet_share", "beats"])
+
+
 # -- helpers ------------------------------------------------------------------------------------
+def _margin(plan: object) -> float:
+    """The margin of a :func:`headroom_plan` name (0 for yesterday's peak), else NaN."""
+    text = str(plan)
+    if text == YESTERDAY:
+        return 0.0
+    prefix = f"{YESTERDAY} +"
+    if not (text.startswith(prefix) and text.endswith("%")):
+        return float("nan")
+    try:
+        return float(text[len(prefix):-1]) / 100.0
+    except ValueError:
+        return float("nan")
 def _step(panel: pd.DataFrame) -> pd.Timedelta:
     return pd.Timedelta(seconds=panel_freq(panel, purpose="be planned together"))
 

@@ -38,6 +38,7 @@ import pandas as pd  # noqa: E402
 
 from prism.capacity import CapacityPlan, CapacityRow  # noqa: E402
 from prism.errors import ConfigError  # noqa: E402
+from prism.evaluation.planning import YESTERDAY, versus_reference  # noqa: E402
 from prism.primitives.decompose import SeriesDecomposition  # noqa: E402
 
 logger = logging.getLogger(__name__)
@@ -149,6 +150,7 @@ td[data-field=recommendation]{white-space:normal;min-width:220px}
 tr.add td,tr.borrow\\+add td{background:#fdecea}tr.borrow td{background:#fff6e0}
 tr.lend td,tr.release td,tr.lend\\+release td{background:#eaf6ec}
 .meta{color:#5b6778;font-size:0.9em}.note{color:#8a5a00;font-size:0.9em}
+.warning{background:#fdecea;border-left:4px solid #c0392b;padding:6px 10px;color:#7b1e14}
 .grid{display:flex;flex-wrap:wrap;gap:18px;align-items:flex-start}
 img{max-width:100%;height:auto;border:1px solid #e3e8ef}
 nav a{margin-right:12px}
@@ -171,6 +173,8 @@ def render_html(data: ReportData) -> str:
     ]
     for note in data.notes:
         parts.append(f"<p class='note'>{escape(note)}</p>")
+    for warning in coverage_warnings(data.accuracy, model=data.model):
+        parts.append(f"<p class='warning' data-kind='coverage'>{escape(warning)}</p>")
     if data.clusters:
         parts.append("<nav>" + "".join(
             f"<a href='#cluster-{_anchor(c.cluster)}'>{escape(c.cluster)}</a>"
@@ -211,12 +215,117 @@ def _cluster_html(section: ClusterSection, data: ReportData) -> str:
     out.append("<h3>Planning backtest</h3>")
     if section.planning_note:
         out.append(f"<p class='meta'>{escape(section.planning_note)}</p>")
+    for warning in planning_warnings(section.planning, model=data.model,
+                                     quantile=data.quantile):
+        out.append(f"<p class='warning' data-kind='planning'>{escape(warning)}</p>")
     if section.planning is not None and not section.planning.empty:
         out.append(_table_html(section.planning, _PLANNING_COLUMNS, css="planning"))
     for scope in section.scopes:
         out.append(_scope_html(scope, section, data))
     out.append("</section>")
     return "\n".join(out)
+
+
+def planning_warnings(planning: pd.DataFrame | None, *, model: str,
+                      quantile: float) -> list[str]:
+    """Plain-words warnings where ``model``'s plans do not beat yesterday's peak on the
+    planning backtest (none without a backtest of the model).
+
+    The model beats yesterday's peak when one of its backtested quantiles saved at least as
+    many idle GPU-hours with no more demand unmet
+    (:func:`prism.evaluation.planning.versus_reference`).
+
+    Args:
+        planning: the planning totals (``prism.evaluation.planning`` columns, maybe
+            ``metric``), or ``None``.
+        model: the report's model (``prism``, or a hub key such as ``prism[use_rnn=false]``).
+        quantile: the report's planning quantile (its point is quoted when backtested).
+
+    Returns:
+        One sentence per metric and block where the model does not beat it.
+    """
+    if planning is None or planning.empty or "model" not in planning.columns:
+        return []
+    name = _model_in(planning["model"], model)
+    if name is None:
+        return []
+    out = []
+    for r in versus_reference(planning, name, reference=YESTERDAY).to_dict("records"):
+        if r["beats"]:
+            continue
+        where = ", ".join(str(v) for v in (r.get("metric"), _block_words(r["block"])) if v)
+        text = (f"{name}'s plan does not beat yesterday's peak on this backtest ({where}): "
+                f"provisioning each VC at yesterday's peak saved {_pct1(r['reference_saved'])} "
+                f"of the static peak's idle GPU-hours with {_pct2(r['reference_unmet'])} of "
+                "demand unmet, ")
+        if math.isnan(r["quantile"]):
+            text += (f"while every {name} quantile backtested left more demand unmet than "
+                     "that.")
+        else:
+            text += (f"while the best {name} quantile leaving no more unmet, "
+                     f"p{_pct(r['quantile'])}, saved only {_pct1(r['saved_share'])} "
+                     f"({_pct2(r['unmet_share'])} unmet).")
+        mine = planning[(planning["model"] == name) & (planning["block"] == r["block"])
+                        & np.isclose(planning["quantile"].astype(float), quantile)]
+        if "metric" in planning.columns:
+            mine = mine[mine["metric"] == r["metric"]]
+        if not mine.empty:
+            text += (f" At the report's p{_pct(quantile)} it saved "
+                     f"{_pct1(mine['saved_share'].iloc[0])} with "
+                     f"{_pct2(mine['unmet_share'].iloc[0])} unmet.")
+        out.append(text + " The simple rule would have cost fewer idle GPU-hours for no more "
+                   "unmet demand.")
+    return out
+
+
+def coverage_warnings(accuracy: pd.DataFrame | None, *, model: str) -> list[str]:
+    """Plain-words warnings where ``model``'s prediction intervals covered fewer actual values
+    than nominal in the last accuracy backtest (``coverage_80``: nominal 80 %).
+
+    Returns:
+        One sentence per interval below its nominal coverage (none without the model's row).
+    """
+    if accuracy is None or accuracy.empty or "model" not in accuracy.columns:
+        return []
+    name = _model_in(accuracy["model"], model)
+    if name is None:
+        return []
+    row = accuracy[accuracy["model"] == name].iloc[0]
+    out = []
+    for col in [c for c in accuracy.columns if str(c).startswith("coverage_")]:
+        try:
+            nominal = float(str(col).removeprefix("coverage_")) / 100.0
+        except ValueError:
+            continue  # coverage_lo / coverage_hi: bounds of an interval, not a level
+        value = row[col]
+        if _missing(value) or float(value) >= nominal:
+            continue
+        out.append(f"{name}'s forecasts are overconfident: in the last accuracy backtest its "
+                   f"central {_pct(nominal)} % interval held only {_pct1(value)} of the actual "
+                   f"values (nominal {_pct(nominal)} %), so plans at its upper quantiles leave "
+                   "more demand unmet than their level promises.")
+    return out
+
+
+def _model_in(models: pd.Series, model: str) -> str | None:
+    """``model`` as the table names it: itself, else its alias without ``[params]``."""
+    names = {str(m) for m in models.dropna()}
+    for name in (model, model.split("[", 1)[0]):
+        if name in names:
+            return name
+    return None
+
+
+def _block_words(block: object) -> str:
+    return {"1d": "daily levels", "1h": "hourly levels"}.get(str(block), f"{block} levels")
+
+
+def _pct1(value: Any) -> str:
+    return f"{float(value) * 100:.1f} %"
+
+
+def _pct2(value: Any) -> str:
+    return f"{float(value) * 100:.2f} %"
 
 
 def capacity_table_html(rows: Sequence[CapacityRow], *, cluster: str) -> str:

@@ -14,8 +14,13 @@ from prism.evaluation.planning import (
     SAME_BLOCK,
     STATIC,
     YESTERDAY,
+    best_within,
+    choose_quantiles,
+    headroom_plan,
     planning_backtest,
+    planning_frontier,
     planning_table,
+    versus_reference,
     window_rows,
 )
 from prism.forecasters import get_forecaster
@@ -96,6 +101,90 @@ def test_planning_backtest_runs_the_models_day_ahead() -> None:
         np.maximum(level - frame["value"], 0).sum() * STEP_H)
     assert naive["unmet_gpu_hours"] == pytest.approx(
         np.maximum(frame["value"] - level, 0).sum() * STEP_H)
+
+
+def two_vcs() -> pd.DataFrame:
+    """vc1 as :func:`panel`, vc2 twice its values."""
+    one = panel()
+    return pd.concat([one, one.assign(series_id="c/vc2/gpus_in_use", value=2 * one["value"])],
+                     ignore_index=True)
+
+
+def hand_frame() -> pd.DataFrame:
+    """A backtest frame on :func:`two_vcs`: vc1's day peaks p50 2|3, p90 3|4, p99 4|5; every
+    quantile of vc2 at 1 (far too low)."""
+    rows = window_rows(two_vcs(), horizon="1d", windows=2)
+    one = rows["series_id"] == "c/vc1/gpus_in_use"
+    day3 = rows["cutoff"] == rows["cutoff"].min()
+    frame = rows.assign(model="hand", mean=0.0)
+    for col, (first, second) in {"p50": (2, 3), "p90": (3, 4), "p99": (4, 5)}.items():
+        frame[col] = np.where(one, np.where(day3, first, second), 1.0)
+    return frame
+
+
+def test_choose_quantiles_takes_the_cheapest_meeting_the_target(
+        caplog: pytest.LogCaptureFixture) -> None:
+    _, by_series = planning_table(hand_frame(), two_vcs(), horizon="1d",
+                                  quantiles=(0.5, 0.9, 0.99), blocks=("1d",))
+    # vc1 (demand 15 GPU-steps): p50 unmet 1 + 2 = 3 (20 %), idle 3 + 5 = 8; p90 unmet 0 + 1
+    # (6.7 %), idle 6 + 8 = 14; p99 unmet 0, idle 10 + 11 = 21. vc2 at 1: unmet 23 of 30.
+    chosen = choose_quantiles(by_series, model="hand", max_unmet=0.1).set_index("series_id")
+    vc1 = chosen.loc["c/vc1/gpus_in_use"]
+    assert vc1["quantile"] == 0.9 and vc1["meets_target"]
+    assert vc1["unmet_share"] == pytest.approx(1 / 15)
+    assert vc1["idle_gpu_hours"] == 14 * STEP_H
+    assert vc1["saved_share"] == pytest.approx(1 - 14 / 33)
+    vc2 = chosen.loc["c/vc2/gpus_in_use"]
+    assert vc2["quantile"] == 0.99 and not vc2["meets_target"]  # none meets it: the highest
+    assert vc2["unmet_share"] == pytest.approx(23 / 30)
+    assert ("no quantile of hand keeps the unmet share at most 10.00 % (block 1d) for "
+            "c/vc2/gpus_in_use (76.67% unmet at p99)") in caplog.text
+    strict = choose_quantiles(by_series, model="hand").set_index("series_id")  # 0.3 %
+    assert strict.loc["c/vc1/gpus_in_use", "quantile"] == 0.99
+    loose = choose_quantiles(by_series, model="hand", max_unmet=0.25).set_index("series_id")
+    assert loose.loc["c/vc1/gpus_in_use", "quantile"] == 0.5
+    # one scope when the rows are totals
+    frame = hand_frame()
+    table, _ = planning_table(frame[frame["series_id"] == "c/vc1/gpus_in_use"], panel(),
+                              horizon="1d", quantiles=(0.5, 0.9, 0.99), blocks=("1d",))
+    assert choose_quantiles(table, model="hand", max_unmet=0.1)["quantile"].tolist() == [0.9]
+    with pytest.raises(DataContractError, match="no quantile plans of 'prism'.*hand"):
+        choose_quantiles(by_series, model="prism")
+
+
+def test_frontier_and_the_comparison_with_yesterdays_peak() -> None:
+    frame = hand_frame()
+    frame = frame[frame["series_id"] == "c/vc1/gpus_in_use"]
+    table, _ = planning_table(frame, panel(), horizon="1d", quantiles=(0.5, 0.9, 0.99),
+                              blocks=("1d",), headroom=(0.5,))
+    # yesterday +50 %: 9 on day 3 (idle 6 + 8 + 8 + 8), 4.5 on day 4 (idle 4.5 + 2.5 + 2.5,
+    # unmet 0.5)
+    margin = row(table, headroom_plan(0.5), "1d")
+    assert margin["idle_gpu_hours"] == 39.5 * STEP_H
+    assert margin["unmet_gpu_hours"] == 0.5 * STEP_H
+    frontier = planning_frontier(table)
+    yesterday = frontier[frontier["family"] == YESTERDAY]
+    assert yesterday["setting"].tolist() == [0.5, 0.0]  # by unmet share: 0.5 then 2 of 15
+    hand = frontier[frontier["family"] == "hand"]
+    assert hand["setting"].tolist() == [0.99, 0.9, 0.5]
+    assert hand["unmet_share"].tolist() == pytest.approx([0, 1 / 15, 3 / 15])
+    assert frontier.loc[frontier["family"] == ORACLE, "setting"].isna().all()
+    # the best point with at most 0.3 % unmet: p99 (0 unmet, saved 1 - 21/33)
+    best = best_within(hand, 0.003)
+    assert best is not None and best["setting"] == 0.99
+    assert best_within(yesterday, 0.003) is None  # its margins all leave more
+    # yesterday's peak: saved 1 - 23/33 with 2 of 15 unmet; p90 saves 1 - 14/33 with 1 of 15
+    versus = versus_reference(table, "hand").iloc[0]
+    assert versus["beats"] and versus["quantile"] == 0.9
+    assert versus["reference_saved"] == pytest.approx(1 - 23 / 33)
+    assert versus["saved_share"] == pytest.approx(1 - 14 / 33)
+    # a model that provisions the static peak (6) or leaves half unmet never beats it
+    flat = frame.assign(p50=1.0, p90=6.0, p99=6.0)
+    lost, _ = planning_table(flat, panel(), horizon="1d", quantiles=(0.5, 0.9, 0.99),
+                             blocks=("1d",))
+    versus = versus_reference(lost, "hand").iloc[0]
+    assert not versus["beats"] and versus["saved_share"] == 0.0
+    assert versus_reference(lost, "other").empty
 
 
 @pytest.mark.slow
