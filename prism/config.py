@@ -32,6 +32,8 @@ class Settings(BaseSettings):
             before it answers 503 with ``Retry-After`` (``PRISM_FIT_BUDGET_S``).
         fit_workers: fits and updates that run at once in the background, and as many
             again for fits past the fit budget (``PRISM_FIT_WORKERS``).
+        prometheus_token: the bearer token of ``prism ingest --prometheus-url``
+            (``PRISM_PROMETHEUS_TOKEN``).
         fit_timeout_s: the longest one series' on-demand fit may run; its process is
             killed past it and the request answers 422 (``PRISM_FIT_TIMEOUT_S``).
         fit_queue: the most fit/update jobs waiting at once; more get 503
@@ -64,6 +66,7 @@ class Settings(BaseSettings):
     fit_budget_s: float = Field(default=2.0, ge=0)
     fit_workers: int = Field(default=1, ge=1, le=64)
     fit_timeout_s: float = Field(default=60.0, gt=0)
+    prometheus_token: str | None = None
     fit_queue: int = Field(default=64, ge=1)
     refit_every: str | None = None
     forecast_cache_entries: int = Field(default=4096, ge=0)

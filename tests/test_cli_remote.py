@@ -159,3 +159,11 @@ def test_a_stale_server_file_is_ignored(tmp_path: Path,
     assert not server_file(db).exists()
     assert main(["--db", str(db), "series", "list"]) == 0  # opens the store itself
     assert "going through" not in capsys.readouterr().err
+
+
+def test_a_prometheus_pull_is_refused_while_a_server_holds_the_store(
+        served: tuple[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    db, _ = served
+    assert main(["--db", db, "ingest", "--prometheus-url", "http://127.0.0.1:9",
+                 "--query", "up", "--start", "now-1h"]) == 1
+    assert "stop it to pull from Prometheus" in capsys.readouterr().err

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from typing import TYPE_CHECKING, Literal
 
@@ -35,6 +35,8 @@ from prism.cli.parser import build_parser
 from prism.errors import ConfigError, PrismError
 
 if TYPE_CHECKING:
+    from prism.ingest.base import IngestOptions
+    from prism.ingest.pipeline import IngestReport
     from prism.store import Store
     from prism.usecases.batch import BatchJob
 
@@ -52,14 +54,52 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
         time_col=args.time_col, mapping=_pairs(args.map, "--map"),
         on_error=args.on_error, extra=_pairs(args.option, "--option"),
     )
+    if args.prometheus_url:
+        return _ingest_prometheus(args, options)
+    pulls = [flag for flag in ("query", "start", "end", "step") if getattr(args, flag)]
+    if pulls:
+        raise ConfigError(f"--{pulls[0]} belongs to a pull: add --prometheus-url URL, or drop "
+                          f"--{pulls[0]} to ingest files")
+    if not args.format:
+        raise ConfigError("--format is required with files: pass --format with one of the "
+                          "formats `prism formats` lists, e.g. --format jobs-csv")
     with (stdin.spooled(args.paths) as spool, _progress(not args.quiet) as progress,
           usecases.open_store(args.db) as store):
         report = ingest_files(store, spool.paths, args.format, options, freq=args.freq,
                               fill=args.fill, progress=progress)
+    _print_ingest(args, report, spool.name)
+    return 0
+
+
+def _ingest_prometheus(args: argparse.Namespace, options: IngestOptions) -> int:
+    """``prism ingest --prometheus-url URL --query Q --start T --end T --step 1m``."""
+    from prism.config import get_settings
+    from prism.usecases.ingest import ingest_prometheus
+
+    if args.format not in (None, "prometheus"):
+        raise ConfigError(f"--prometheus-url pulls JSON of the prometheus format, not "
+                          f"--format {args.format}: drop --format")
+    missing = [flag for flag in ("query", "start") if not getattr(args, flag)]
+    if missing:
+        raise ConfigError(f"--prometheus-url needs --{missing[0]}, e.g. --query "
+                          "'sum by (namespace) (DCGM_FI_DEV_GPU_UTIL)' --start now-2d")
+    with _progress(not args.quiet) as progress, usecases.open_store(args.db) as store:
+        report = ingest_prometheus(
+            store, args.prometheus_url, args.query, start=args.start, end=args.end or "now",
+            step=args.step or "1m", options=options,
+            token=get_settings().prometheus_token, freq=args.freq, fill=args.fill,
+            progress=progress)
+    _print_ingest(args, report, str)
+    return 0
+
+
+def _print_ingest(args: argparse.Namespace, report: IngestReport,
+                  name: Callable[[str], str]) -> None:
+    """What ``prism ingest`` did, per file (or pull), then in all."""
     for f in report.files:
         note = "unchanged (already ingested)" if f.status == "unchanged" else (
             f"{f.rows:,} rows" + (f", {f.rejected:,} rejected" if f.rejected else ""))
-        _out.print(f"{spool.name(f.path)}: {note}", markup=False)
+        _out.print(f"{name(f.path)}: {note}", markup=False)
         for r in f.rejects[:5]:
             _out.print(f"  rejected line {r.line} column {r.column}: {r.reason} ({r.raw!r})")
         if f.rejected > 5:
@@ -69,7 +109,6 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
         f"{report.series} series in {', '.join(report.clusters) or 'no changed cluster'} "
         f"(store {args.db})"
     )
-    return 0
 
 
 def _cmd_series_list(args: argparse.Namespace) -> int:

@@ -82,10 +82,31 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log each stage")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("ingest", help="ingest trace files into the store")
-    p.add_argument("paths", nargs="+", help="files to ingest (all in one transaction); - "
-                   "reads stdin, e.g. sacct ... | prism ingest - --format slurm-sacct")
-    p.add_argument("--format", required=True, help="input format (see `prism formats`)")
+    p = sub.add_parser("ingest", help="ingest trace files, or pull from Prometheus, into the "
+                       "store")
+    source = p.add_mutually_exclusive_group(required=True)
+    # default=[] (one object): argparse then counts no PATH as absent, not as a conflict
+    source.add_argument("paths", nargs="*", default=[], metavar="PATH",
+                        help="files to ingest (all in one transaction); - reads stdin, e.g. "
+                        "sacct ... | prism ingest - --format slurm-sacct")
+    source.add_argument("--prometheus-url", metavar="URL",
+                        help="pull --query over the Prometheus HTTP API (/api/v1/query_range) "
+                        "of this server, e.g. http://prometheus:9090, instead of files")
+    p.add_argument("--format", help="input format (see `prism formats`; required with files, "
+                   "prometheus with --prometheus-url)")
+    pull = p.add_argument_group(
+        "pull from Prometheus", "with --prometheus-url: the range is fetched in chunks of at "
+        "most 11,000 points per series, then ingested in one transaction (all or nothing); "
+        "samples already stored are kept, so pulling a range again adds nothing. "
+        "--option token=TOKEN (or $PRISM_PROMETHEUS_TOKEN) sends a bearer token, "
+        "--option timeout=2m the query timeout, --option max_points=N smaller chunks")
+    pull.add_argument("--query", metavar="PROMQL", help="the PromQL expression, e.g. "
+                      "'sum by (namespace) (DCGM_FI_DEV_GPU_UTIL)'")
+    pull.add_argument("--start", metavar="TIME", help="first time: 2026-01-05T00:00:00Z (UTC "
+                      "unless it has an offset), Unix seconds, now or now-2d")
+    pull.add_argument("--end", metavar="TIME", help="last time, written alike (default: now)")
+    pull.add_argument("--step", metavar="DURATION",
+                      help="resolution, e.g. 10s, 1m, 1h (default: 1m)")
     p.add_argument("--cluster", help="cluster name (each format has a default)")
     p.add_argument("--scope", help="VC/tenant of a single-scope file (helios-vc, wide-csv)")
     p.add_argument("--tz", help="time zone of naive local times in the file, e.g. Asia/Shanghai")

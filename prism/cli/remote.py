@@ -104,6 +104,9 @@ def run_series_export(args: argparse.Namespace, info: ServerInfo) -> int:
 
 
 def run_ingest(args: argparse.Namespace, info: ServerInfo) -> int:
+    if getattr(args, "prometheus_url", None):
+        raise ConfigError(f"a server ({info.url}) holds the store: stop it to pull from "
+                          "Prometheus, or pull into another --db")
     options: dict[str, object] = {
         "cluster": args.cluster, "scope": args.scope, "tz": args.tz, "origin": args.origin,
         "time_col": args.time_col, "freq": args.freq, "fill": args.fill,

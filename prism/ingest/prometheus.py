@@ -153,9 +153,7 @@ class PrometheusAdapter(Adapter):
         body = _load_json(path)
         result, vector = _results(path, body)
         problems = _Problems(path, options.on_error)
-        scope_label = naming.scope_label
-        if naming.scope is None and scope_label is None:
-            scope_label = _default_scope_label(result)
+        scope_label = _scope_label(naming, result)
 
         ids: list[str] = []
         clusters: list[str] = []
@@ -216,6 +214,32 @@ _NAMING_FIX = (
     "name the series with --option metric=NAME (aggregations drop __name__), "
     "--option scope_label=LABEL or --cluster NAME"
 )
+
+
+def series_ids(result: list[object], options: IngestOptions) -> list[str | None]:
+    """The series id :meth:`PrometheusAdapter.read` gives each result of a response's
+    ``data.result`` (``None`` for a result it cannot name), so that a caller can match the
+    results with the samples a store holds (:mod:`prism.ingest.prometheus_pull`).
+
+    Raises:
+        ConfigError: for option values PRISM cannot use.
+    """
+    naming = _naming(options)
+    scope_label = _scope_label(naming, result)
+    ids: list[str | None] = []
+    for item in result:
+        labels = _labels(item)
+        named = None if labels is None else _name_series(naming, labels, scope_label)
+        ids.append(named[0] if isinstance(named, tuple) else None)
+    return ids
+
+
+def _scope_label(naming: _Naming, result: list[object]) -> str | None:
+    """The label that names the scope: ``--option scope_label``, else (without ``--scope``)
+    the first of ``vc``, ``namespace``, ``tenant`` that any result has."""
+    if naming.scope is None and naming.scope_label is None:
+        return _default_scope_label(result)
+    return naming.scope_label
 
 
 def _naming(options: IngestOptions) -> _Naming:

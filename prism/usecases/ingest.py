@@ -49,6 +49,55 @@ def ingest_files(
     return ingest(store, paths, fmt, options, freq=freq, fill=fill, progress=progress)
 
 
+def ingest_prometheus(
+    store: Store,
+    url: str,
+    query: str,
+    *,
+    start: str,
+    end: str,
+    step: str = "1m",
+    options: IngestOptions | None = None,
+    token: str | None = None,
+    freq: str | None = None,
+    fill: str | None = None,
+    progress: Progress | None = None,
+) -> IngestReport:
+    """Pull a PromQL range query over the Prometheus HTTP API and ingest it (format
+    ``prometheus``, one transaction; samples the store holds already are kept, so a re-pull
+    adds nothing). See :mod:`prism.ingest.prometheus_pull`.
+
+    Args:
+        store: the store.
+        url: the server's base URL, e.g. ``http://prometheus:9090``.
+        query: the PromQL expression.
+        start: the first time (ISO 8601, Unix seconds, ``now`` or ``now-2d``).
+        end: the last time, written alike.
+        step: the resolution, e.g. ``10s`` or ``1m``.
+        options: adapter options; ``--option`` keys ``token``, ``timeout`` and ``max_points``
+            are the pull's own (never part of the content hash or ``ingests.options``).
+        token: the bearer token when ``--option token`` gives none (``PRISM_PROMETHEUS_TOKEN``).
+        freq: bucket size of the derived series.
+        fill: gap policy.
+        progress: called with (stage, done, total); stage ``pull`` counts chunks.
+
+    Returns:
+        The ingest report; its one file is the request as a URL (without the token).
+
+    Raises:
+        ConfigError: for bad arguments or options (before any request).
+        IngestError: for a failed request (naming the URL and the chunk's time range) or bad
+            samples; nothing is stored then.
+    """
+    from prism.ingest.prometheus_pull import pull, range_query, split_options
+
+    own, adapter_options = split_options(options or IngestOptions())
+    request = range_query(url, query, start=start, end=end, step=step,
+                          token=own.get("token") or token, timeout=own.get("timeout"),
+                          max_points=own.get("max_points"))
+    return pull(store, request, adapter_options, freq=freq, fill=fill, progress=progress)
+
+
 def ingest_upload(
     hub: ForecastHub,
     fmt: str,
