@@ -68,6 +68,14 @@ def _batch_flags(p: argparse.ArgumentParser) -> None:
                    "at most N series, a stratified sample (default 256)")
 
 
+def _model_choice(p: argparse.ArgumentParser) -> None:
+    """``--model`` and ``--param`` of the commands that fit a forecaster."""
+    p.add_argument("--model", default="prism",
+                   help="a forecaster alias (see `prism models aliases`)")
+    p.add_argument("--param", action="append", metavar="NAME=VALUE",
+                   help="a model hyperparameter, e.g. --param season=1w (repeatable)")
+
+
 def _models_dir(p: argparse.ArgumentParser) -> None:
     p.add_argument("--models-dir", type=Path, default=None, help=_MODELS_DIR_HELP)
 
@@ -174,10 +182,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--all", action="store_true", help="every series in the store")
     p.add_argument("--horizon", default="1d", help="a duration (6h, 1d) or a number of steps")
     p.add_argument("--quantiles", default="0.5,0.9,0.99", help="quantile levels forecast")
-    p.add_argument("--model", default="prism",
-                   help="a forecaster alias (see `prism models aliases`)")
-    p.add_argument("--param", action="append", metavar="NAME=VALUE",
-                   help="a model hyperparameter, e.g. --param season=1w (repeatable)")
+    _model_choice(p)
     output_flags(p, "write the forecast")
     p.add_argument("--save", action="store_true", help="save the fitted model in the registry "
                    "(in a batch: one registry model per chunk of series)")
@@ -195,10 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "(one registry model per chunk), forecasting nothing")
     p.add_argument("series_ids", nargs="*", help="series ids (or --all)")
     p.add_argument("--all", action="store_true", help="every series in the store")
-    p.add_argument("--model", default="prism",
-                   help="a forecaster alias (see `prism models aliases`)")
-    p.add_argument("--param", action="append", metavar="NAME=VALUE",
-                   help="a model hyperparameter, e.g. --param season=1w (repeatable)")
+    _model_choice(p)
     _models_dir(p)
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     db_flag(p)

@@ -192,6 +192,14 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _plan_flags(p: argparse.ArgumentParser) -> None:
+    """The window, quantile and forecast source of ``capacity`` and ``report``."""
+    p.add_argument("--horizon", default="1d", help="the planning window")
+    p.add_argument("--quantile", type=float, default=0.95,
+                   help="the planning quantile of GPUs in use")
+    _model_flags(p)
+
+
 def _model_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="prism", help="the forecaster (see `prism models "
                    "aliases`)")
@@ -217,10 +225,7 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     p = sub.add_parser("capacity", help="GPUs each scope needs, moves between VCs, advice")
     p.add_argument("--cluster", required=True, help="the cluster to plan")
     p.add_argument("--scope", help="show one scope only (the whole cluster is planned)")
-    p.add_argument("--horizon", default="1d", help="the planning window")
-    p.add_argument("--quantile", type=float, default=0.95,
-                   help="the planning quantile of GPUs in use")
-    _model_flags(p)
+    _plan_flags(p)
     p.add_argument("--capacity", type=Path, metavar="FILE",
                    help="CSV scope,gpus[,cluster]: capacities that override the store's")
     p.add_argument("--reservations", type=Path, metavar="FILE",
@@ -242,10 +247,7 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     p.add_argument("--pdf", action="store_true",
                    help="also print FILE.pdf (needs Chromium: apt-get install chromium)")
     p.add_argument("--cluster", action="append", help="a cluster (repeatable; default all)")
-    p.add_argument("--horizon", default="1d", help="the planning window")
-    p.add_argument("--quantile", type=float, default=0.95,
-                   help="the planning quantile of GPUs in use")
-    _model_flags(p)
+    _plan_flags(p)
     p.add_argument("--capacity", type=Path, metavar="FILE",
                    help="CSV scope,gpus[,cluster] overriding the store's capacities")
     p.add_argument("--watts-per-gpu", metavar="IDLE,BUSY",
