@@ -36,8 +36,8 @@ run: $(RUN_STAMP)
 	$(BIN)/prism --db $(DB) series show cluster-0/all/gpus_in_use --tail 12
 	$(BIN)/prism --db $(DB) series export --output $(DEMO)/panel.parquet
 	$(BIN)/prism --db $(DB) decompose cluster-0/all/gpu_demand --plot $(DEMO)/decompose.png
-	$(BIN)/prism --db $(DB) forecast --all --horizon 1d --save --models-dir $(DEMO)/models \
-		--reconcile mint_shrink --output $(DEMO)/forecast.csv
+	$(BIN)/prism --db $(DB) forecast --cluster cluster-0 --horizon 1d --save \
+		--models-dir $(DEMO)/models --reconcile mint_shrink --output $(DEMO)/forecast.csv
 	$(BIN)/prism --db $(DB) forecast cluster-0/all/gpu_demand --from-model prism \
 		--models-dir $(DEMO)/models --horizon 6h --quantiles 0.5,0.9,0.99
 	$(BIN)/prism --db $(DB) backtest --models prism,naive,seasonal_naive \

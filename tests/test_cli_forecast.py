@@ -139,3 +139,32 @@ def test_reconciled_forecast_adds_up(tmp_path: Path, capsys: pytest.CaptureFixtu
     vcs = [c for c in wide.columns if "/vc-" in c]
     assert len(vcs) >= 2
     np.testing.assert_allclose(wide[vcs].sum(axis=1), wide["cluster-0/all/gpu_demand"])
+
+
+def test_forecast_the_series_of_a_cluster(tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    db = str(tmp_path / "two.duckdb")
+    ids = ["lab/all/gpus_in_use", "lab/vc1/gpus_in_use", "far/all/gpus_in_use"]
+    one = _samples(2)
+    csv = tmp_path / "two.csv"
+    pd.concat([one.assign(series_id=sid) for sid in ids]).to_csv(
+        csv, index=False, date_format="%Y-%m-%dT%H:%M:%S")
+    assert main(["--db", db, "ingest", str(csv), "--format", "long-csv", "-q"]) == 0
+    out = tmp_path / "fc.csv"
+    argv = ["--db", db, "forecast", "--model", "naive", "--horizon", "1h", "-q",
+            "--output", str(out)]
+
+    def forecast(*extra: str) -> list[str]:
+        assert main([*argv, *extra]) == 0
+        return sorted(pd.read_csv(out)["series_id"].unique())
+
+    assert forecast("--cluster", "lab") == sorted(ids[:2])
+    assert forecast("--cluster", "far", "--cluster", "lab") == sorted(ids)
+    assert forecast("lab/vc1/gpus_in_use", "--cluster", "far") == sorted(ids[1:])
+    assert forecast("--cluster", "far", "--workers", "1") == [ids[2]]  # a batch too
+    capsys.readouterr()
+    assert main([*argv, "--cluster", "nope"]) == 1
+    assert "no series of cluster 'nope' in the store (clusters: far, lab)" in (
+        capsys.readouterr().err)
+    assert main([*argv, "--all", "--cluster", "lab"]) == 1
+    assert "drop it" in capsys.readouterr().err

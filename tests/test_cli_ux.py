@@ -8,6 +8,7 @@ import argparse
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -230,6 +231,39 @@ def test_report_progress_on_a_terminal_only(db: str, tmp_path: Path,
     assert "clusters" in err and "1/1" in err
     assert main([*argv, "-q"]) == 0
     assert "clusters" not in capsys.readouterr().err
+
+
+def _bar(stage: str, err: str) -> str | None:
+    """The last ``done/total`` of the progress bar of ``stage`` in ``err``."""
+    found = re.findall(rf"{stage} +\S+ (\d+/\d+) ", err)
+    return found[-1] if found else None
+
+
+def test_forecast_all_progress_on_a_terminal_only_and_the_same_forecast(
+        db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from prism.cli import common
+
+    models = str(tmp_path / "models")
+    argv = ["forecast", "--all", "--model", "seasonal_naive", "--horizon", "2h",
+            "--models-dir", models, "--db", db]
+    plain, shown, saved = (tmp_path / f"{name}.csv" for name in ("plain", "shown", "saved"))
+    assert main([*argv, "--save", "--output", str(plain)]) == 0
+    err = capsys.readouterr().err
+    assert "fit" not in err and "20/20" not in err  # not a terminal: no bar
+    monkeypatch.setattr(common.err, "_force_terminal", True)
+    assert main([*argv, "--output", str(shown)]) == 0
+    err = capsys.readouterr().err
+    assert _bar("fit", err) == _bar("forecast", err) == "20/20"
+    assert shown.read_bytes() == plain.read_bytes()
+    # from the saved model: a bar per stage too, and the same forecast (bit for bit)
+    assert main([*argv, "--from-model", "seasonal_naive", "--output", str(saved)]) == 0
+    err = capsys.readouterr().err
+    assert _bar("load", err) == _bar("forecast", err) == "20/20" and _bar("fit", err) is None
+    assert saved.read_bytes() == plain.read_bytes()
+    assert main([*argv, "--output", str(shown), "-q"]) == 0
+    assert "20/20" not in capsys.readouterr().err
+    assert shown.read_bytes() == plain.read_bytes()
 
 
 # -- stdin -----------------------------------------------------------------------------------

@@ -261,10 +261,13 @@ def _run_batch(args: argparse.Namespace, store: Store, task: str, models: list[s
 
 
 def _cmd_forecast(args: argparse.Namespace) -> int:
-    from prism.usecases.forecast import forecast_series
+    from prism.usecases.forecast import forecast_series, select_series
 
-    if not args.series_ids and not args.all and not args.from_model:
-        raise ConfigError("name one or more series ids, or pass --all")
+    if not args.series_ids and not args.all and not args.from_model and not args.cluster:
+        raise ConfigError("name one or more series ids, or pass --all or --cluster CLUSTER")
+    if args.all and (args.cluster or args.series_ids):
+        raise ConfigError("--all forecasts every series: drop it to forecast the series named "
+                          "or those of --cluster")
     check_output(args.output, args.format)
     if _batch_mode(args):
         if args.from_model or args.reconcile:
@@ -272,16 +275,17 @@ def _cmd_forecast(args: argparse.Namespace) -> int:
                               "them to run a batch (--backend/--workers/--budget)")
         with usecases.open_store(args.db, must_exist=True) as store:
             _run_batch(args, store, "forecast", [args.model],
-                       None if args.all else args.series_ids)
+                       None if args.all else select_series(store, args.series_ids,
+                                                           args.cluster))
         return 0
-    spinner = _err.status(f"fitting {args.from_model or args.model} ...", spinner="dots") if (
-        progress_wanted(args.quiet)) else nullcontext()
-    with spinner, usecases.open_store(args.db, must_exist=True) as store:
+    with (_progress(progress_wanted(args.quiet)) as progress,
+          usecases.open_store(args.db, must_exist=True) as store):
         result = forecast_series(
             store, None if args.all else (args.series_ids or None), horizon=args.horizon,
             quantiles=_quantiles(args.quantiles), model=args.model,
             params=_pairs(args.param, "--param"), save=args.save, from_model=args.from_model,
-            models_dir=args.models_dir, reconcile=args.reconcile,
+            models_dir=args.models_dir, reconcile=args.reconcile, clusters=args.cluster,
+            progress=progress,
         )
     frame = result.frame
     for sid, reason in result.fallback.items():

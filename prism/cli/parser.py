@@ -82,7 +82,7 @@ def _models_dir(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``prism``."""
-    from prism.cli import app, planning
+    from prism.cli import app, planning, watch
 
     parser = Parser(prog="prism", description="PRISM: GPU-cluster workload forecasting.")
     parser.add_argument("--version", action="version", version=f"prism {__version__}")
@@ -178,8 +178,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=app._cmd_decompose)
 
     p = sub.add_parser("forecast", help="fit a model on stored series and forecast them")
-    p.add_argument("series_ids", nargs="*", help="series ids (or --all)")
+    p.add_argument("series_ids", nargs="*", help="series ids (or --all, or --cluster)")
     p.add_argument("--all", action="store_true", help="every series in the store")
+    p.add_argument("--cluster", action="append", metavar="CLUSTER",
+                   help="every series of this cluster (repeatable; with series ids: those too)")
     p.add_argument("--horizon", default="1d", help="a duration (6h, 1d) or a number of steps")
     p.add_argument("--quantiles", default="0.5,0.9,0.99", help="quantile levels forecast")
     _model_choice(p)
@@ -191,7 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
     _models_dir(p)
     p.add_argument("--reconcile", choices=("bottom_up", "mint_shrink"),
                    help="make VC and GPU-type forecasts add up to the cluster's")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar or spinner")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     db_flag(p)
     _batch_flags(p)
     p.set_defaults(func=app._cmd_forecast)
@@ -284,6 +286,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=app._cmd_datasets_download)
 
     planning.add_parsers(sub)
+    watch.add_parser(sub)
 
     p = sub.add_parser("serve", help="serve the REST API (uvicorn, one process)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default "

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,6 +33,7 @@ from prism.ingest.base import (
     SlowPath,
 )
 from prism.ingest.spans import Reread, check_spans
+from prism.progress import Progress
 from prism.schema import (
     EARLIEST_TS,
     FILL_POLICIES,
@@ -46,9 +47,8 @@ from prism.store import Store
 
 logger = logging.getLogger(__name__)
 
-#: progress(stage, done, total): stages "read", "write", "derive" (files), and "rows" (rows
-#: inserted of a streamed file; total is an estimate, 0 when unknown).
-Progress = Callable[[str, int, int], None]
+# progress(stage, done, total): stages "read", "write", "derive" (files), and "rows" (rows
+# inserted of a streamed file; total is an estimate, 0 when unknown).
 
 
 @dataclass(frozen=True)

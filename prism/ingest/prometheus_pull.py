@@ -243,13 +243,7 @@ def pull(
         ConfigError: for bad options, frequency or fill policy (before any request).
     """
     options = options or IngestOptions()
-    adapter = get_adapter(FORMAT)
-    unknown = sorted(set(options.extra) - set(adapter.option_keys))
-    if unknown:
-        takes = ", ".join((*adapter.option_keys, *PULL_OPTION_KEYS))
-        raise ConfigError(f"--option {', '.join(unknown)}: a Prometheus pull does not read "
-                          f"{'it' if len(unknown) == 1 else 'them'} (its options: {takes})")
-    adapter.check_options(options)
+    check_pull_options(options)
     series_ids([], options)  # bad naming options fail before any request
     if freq is not None:
         freq_seconds(freq)
@@ -586,3 +580,18 @@ def _hide(request: RangeQuery, text: str) -> str:
 
 def _short(text: str, limit: int = 160) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def check_pull_options(options: IngestOptions) -> None:
+    """Refuse ``--option`` keys the pulled body's adapter does not read, and bad values.
+
+    Raises:
+        ConfigError: naming the unknown keys and the ones a pull takes.
+    """
+    adapter = get_adapter(FORMAT)
+    unknown = sorted(set(options.extra) - set(adapter.option_keys))
+    if unknown:
+        takes = ", ".join((*adapter.option_keys, *PULL_OPTION_KEYS))
+        raise ConfigError(f"--option {', '.join(unknown)}: a Prometheus pull does not read "
+                          f"{'it' if len(unknown) == 1 else 'them'} (its options: {takes})")
+    adapter.check_options(options)

@@ -13,6 +13,7 @@ frames or small result objects; they print nothing and know nothing of HTTP or a
 - :mod:`~prism.usecases.report`: the capacity report;
 - :mod:`~prism.usecases.evaluation`: backtests, their accuracy and planning scores;
 - :mod:`~prism.usecases.batch`: batch forecasts, backtests and refits;
+- :mod:`~prism.usecases.watch`: scheduled Prometheus pulls that refit the models they change;
 - :mod:`~prism.usecases.catalogue`: public traces and synthetic ones;
 - :mod:`~prism.usecases.files`: writing frames to files.
 

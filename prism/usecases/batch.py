@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from prism.errors import ConfigError
 from prism.forecasters.params import typed_params
+from prism.progress import Progress
 from prism.usecases.files import FRAME_SUFFIXES, output_path
 
 if TYPE_CHECKING:
@@ -58,7 +59,7 @@ def run_batch_job(
     output: str | Path | None = None,
     save: bool = False,
     models_dir: str | Path | None = None,
-    progress: Callable[[str, int, int], None] | None = None,
+    progress: Progress | None = None,
 ) -> BatchJob:
     """Forecast, backtest or refit stored series on worker processes or a Ray cluster.
 
@@ -120,7 +121,7 @@ def run_batch_job(
     return BatchJob(tuple(reports), path)
 
 
-def _stage(progress: Callable[[str, int, int], None] | None,
+def _stage(progress: Progress | None,
            stage: str) -> Callable[[int, int], None] | None:
     if progress is None:
         return None

@@ -13,6 +13,7 @@ API). Both answer the same question, so the CLI and the API call the same use ca
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,7 @@ import pandas as pd
 from prism.errors import ConfigError, PrismError
 from prism.forecasters.compose import SeriesModels
 from prism.forecasters.params import typed_params
+from prism.progress import Progress
 from prism.schema import SERIES_ID
 from prism.usecases.series import load_panel
 
@@ -152,12 +154,14 @@ def forecast_series(
     from_model: str | None = None,
     models_dir: str | Path | None = None,
     reconcile: str | None = None,
+    clusters: Sequence[str] | None = None,
+    progress: Progress | None = None,
 ) -> ForecastResult:
     """Forecast stored series with a newly fitted model, or with a saved one.
 
     Args:
         store: the store.
-        series_ids: series to forecast (all when ``None``).
+        series_ids: series to forecast (all when ``None`` and no ``clusters``).
         horizon: a duration or a number of steps.
         quantiles: quantile levels.
         model: the forecaster's alias (ignored with ``from_model``).
@@ -170,42 +174,91 @@ def forecast_series(
             with the stored points that arrived after they were fitted.
         models_dir: the registry (default ``PRISM_MODELS_DIR`` or ``./models``).
         reconcile: ``bottom_up`` or ``mint_shrink`` to make scope forecasts add up.
+        clusters: also forecast every series of these clusters (:func:`select_series`).
+        progress: called as ``progress(stage, done, total)`` as the work goes on, in series:
+            ``fit`` (or ``load``: the saved models, one step per registry model, then
+            ``update``), ``forecast``, then ``save`` and ``reconcile`` when asked for. A
+            model is fitted on all the series at once (a global model learns its shared
+            parts from all of them), so ``fit`` goes from 0 to all series in one step.
 
     Returns:
         The :class:`ForecastResult`.
 
     Raises:
         SeriesNotFound: for an unknown series.
-        ConfigError: for an unknown model, a bad horizon, quantile or parameter.
+        ConfigError: for an unknown model, a bad horizon, quantile or parameter, or an
+            unknown cluster.
     """
     from prism import registry
     from prism.forecasters import get_forecaster
     from prism.reconcile import one_step_residuals
     from prism.reconcile import reconcile as reconcile_frame
 
+    def step(stage: str, done: int, total: int) -> None:
+        if progress is not None:
+            progress(stage, done, total)
+
+    series_ids = select_series(store, series_ids, clusters)
     root = _registry(models_dir)
     model_id: str | None = None
     model_ids: tuple[str, ...] = ()
     if from_model:
-        forecaster, wanted, model_ids = _saved_models(store, root, from_model, series_ids)
+        forecaster, wanted, model_ids = _saved_models(store, root, from_model, series_ids,
+                                                      progress=step)
         model_id = model_ids[0] if len(model_ids) == 1 else None
         fresh = load_panel(store, wanted)
         newer = fresh[fresh["ts"] > fresh["series_id"].map(forecaster.last_ts_)]
         if not newer.empty:
+            touched = int(newer["series_id"].nunique())
+            step("update", 0, touched)
             forecaster.update(newer)
+            step("update", touched, touched)
+        n = len(wanted)
+        step("forecast", 0, n)
         frame = forecaster.predict(horizon, quantiles)
         frame = frame[frame["series_id"].isin(wanted)].reset_index(drop=True)
+        step("forecast", n, n)
     else:
         forecaster = get_forecaster(model, **typed_params(model, params or {}))
-        forecaster.fit(load_panel(store, series_ids))
+        panel = load_panel(store, series_ids)
+        n = int(panel["series_id"].nunique())
+        step("fit", 0, n)
+        forecaster.fit(panel)
+        step("fit", n, n)
+        step("forecast", 0, n)
         frame = forecaster.predict(horizon, quantiles)
+        step("forecast", n, n)
         if save:
             model_id = registry.save_model(forecaster, root).model_id
             model_ids = (model_id,)
+            step("save", n, n)
     if reconcile:
         frame = reconcile_frame(frame, method=reconcile,
                                 residuals=one_step_residuals(forecaster))
+        step("reconcile", n, n)
     return ForecastResult(frame, model_id, dict(forecaster.fallback_), model_ids)
+
+
+def select_series(store: Store, series_ids: Sequence[str] | None,
+                  clusters: Sequence[str] | None) -> list[str] | None:
+    """The series named, and every series of the ``clusters`` (``prism forecast --cluster``).
+
+    Returns:
+        The series ids, in the order named then by cluster, without repeats; ``None`` (all
+        series) when neither names any.
+
+    Raises:
+        ConfigError: for a cluster the store has no series of (naming those it has).
+    """
+    wanted = list(dict.fromkeys(series_ids or ()))
+    for cluster in dict.fromkeys(clusters or ()):
+        ids = store.list_series(cluster=cluster)[SERIES_ID].astype(str).tolist()
+        if not ids:
+            known = sorted(set(store.list_series()["cluster"].astype(str)))
+            raise ConfigError(f"no series of cluster {cluster!r} in the store (clusters: "
+                              f"{', '.join(known) or 'none'}); `prism series list` shows them")
+        wanted += [s for s in ids if s not in wanted]
+    return wanted or None
 
 
 def _registry(models_dir: str | Path | None) -> Path:
@@ -214,7 +267,8 @@ def _registry(models_dir: str | Path | None) -> Path:
     return Path(models_dir) if models_dir is not None else get_settings().models_dir
 
 
-def _saved_models(store: Store, root: Path, name: str, series_ids: Sequence[str] | None
+def _saved_models(store: Store, root: Path, name: str, series_ids: Sequence[str] | None,
+                  progress: Progress | None = None,
                   ) -> tuple[BaseForecaster, list[str], tuple[str, ...]]:
     """The saved model(s) that forecast the series: ``(forecaster, series, model ids)``.
 
@@ -250,7 +304,14 @@ def _saved_models(store: Store, root: Path, name: str, series_ids: Sequence[str]
         raise ConfigError(f"{what} was not fitted on {unknown[0]!r}; fit a model on it "
                           "(prism forecast --model ... --save, or prism refit)")
     needed = {records[s].model_id: records[s] for s in wanted}
-    loaded = {mid: registry.load_model(root, mid)[0] for mid in needed}
+    per_model = Counter(records[s].model_id for s in wanted)
+    loaded: dict[str, BaseForecaster] = {}
+    done = 0
+    for mid in needed:  # a batch refit saves one model per chunk of series
+        loaded[mid] = registry.load_model(root, mid)[0]
+        done += per_model[mid]
+        if progress is not None:
+            progress("load", done, len(wanted))
     if len(loaded) == 1:
         return next(iter(loaded.values())), wanted, tuple(loaded)
     held = SeriesModels.join({s: loaded[records[s].model_id] for s in wanted})
