@@ -592,6 +592,7 @@ def plan_capacity(
     capacity_source: Mapping[str, str] | None = None,
     queue: pd.DataFrame | None = None,
     queue_peak: Mapping[str, float] | None = None,
+    scope_quantiles: Mapping[str, float] | None = None,
 ) -> CapacityPlan:
     """Plan each scope's capacity from its quantile forecast (see the module docstring).
 
@@ -615,6 +616,8 @@ def plan_capacity(
         capacity_source: scope -> where its capacity came from (shown in the table).
         queue: ``series_id, mean`` of the queued GPUs forecast per scope, over the window.
         queue_peak: scope -> the peak of its queue over recent history (caps the allowance).
+        scope_quantiles: scope -> its own planning quantile (e.g. chosen from the planning
+            backtest); the others plan at ``quantile``.
 
     Returns:
         The :class:`CapacityPlan`.
@@ -654,11 +657,14 @@ def plan_capacity(
     steps: list[pd.DataFrame] = []
     for sid, group in adjusted.groupby(SERIES_ID, sort=True):
         _, scope, metric = split_series_id(str(sid))
+        q = float((scope_quantiles or {}).get(scope, quantile))
+        if not 0 < q < 1:
+            raise ConfigError(f"quantile {q!r} of scope {scope!r} must be between 0 and 1")
         levels, raw = quantile_matrix(group)
         allowance, why_queue = _queue_allowance(queue, scope, growth,
                                                 (queue_peak or {}).get(scope))
         values = raw + allowance
-        in_use = quantile_at(levels, raw, quantile)
+        in_use = quantile_at(levels, raw, q)
         needed = in_use + allowance
         cap = capacity.get(scope)
         cap = None if cap is None or not math.isfinite(float(cap)) else float(cap)
@@ -680,7 +686,7 @@ def plan_capacity(
                            busy_energy_kwh=max(busy, 0.0) * watts.busy / 1000.0)
         what = "GPUs in use" if metric != "gpu_demand" else "demand (no gpus_in_use series)"
         peak = float(needed.max())
-        reason = (f"p{round(quantile * 100, 6):g} of {what} peaks at {float(in_use.max()):,.1f}"
+        reason = (f"p{round(q * 100, 6):g} of {what} peaks at {float(in_use.max()):,.1f}"
                   f" + {why_queue} = {peak:,.1f} needed")
         if cap is not None:
             reason += f"; capacity {cap:,.1f}: headroom {cap - peak:+,.1f}"
@@ -688,7 +694,7 @@ def plan_capacity(
             cluster=cluster, scope=scope, series_id=str(sid), model=str(group["model"].iloc[0]),
             start=ts[0].to_pydatetime(),
             end=(ts[-1] + pd.Timedelta(seconds=freq_s)).to_pydatetime(),
-            quantile=float(quantile), gpus_needed=peak, in_use_needed=float(in_use.max()),
+            quantile=q, gpus_needed=peak, in_use_needed=float(in_use.max()),
             queue_allowance=float(allowance), mean_peak=float(group["mean"].max()),
             demand_gpu_hours=float(demand.sum() * step_h),
             reserved_gpu_hours=float(group["reserved"].sum() * step_h), growth=float(growth),

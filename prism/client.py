@@ -306,10 +306,13 @@ class PrismClient:
         horizon: str = "1d",
         quantile: float = 0.95,
         model: str | None = None,
+        max_unmet: float | str | None = None,
     ) -> list[CapacityRow]:
-        """GPUs needed per scope over the horizon at the quantile, against capacity."""
+        """GPUs needed per scope over the horizon at the quantile, against capacity
+        (``max_unmet``: each scope at the cheapest quantile leaving at most that share of
+        demand unmet in the planning backtest, e.g. ``"0.3%"``)."""
         return self.capacity_plan(cluster, scope=scope, horizon=horizon, quantile=quantile,
-                                  model=model)[0]
+                                  model=model, max_unmet=max_unmet)[0]
 
     def capacity_plan(
         self,
@@ -319,17 +322,40 @@ class PrismClient:
         horizon: str = "1d",
         quantile: float = 0.95,
         model: str | None = None,
+        max_unmet: float | str | None = None,
     ) -> tuple[list[CapacityRow], list[CapacityMove]]:
         """The capacity rows and the moves between VCs that come before any purchase."""
+        data = self._capacity(cluster, scope=scope, horizon=horizon, quantile=quantile,
+                              model=model, max_unmet=max_unmet)
+        return ([CapacityRow.from_json(r) for r in data["rows"]],
+                [CapacityMove(**{k: m[k] for k in CapacityMove.__dataclass_fields__})
+                 for m in data.get("moves", [])])
+
+    def procurement(self, cluster: str, *, horizon: str = "30d", scope: str | None = None,
+                    weeks: int = 4, quantile: float = 0.95, growth: float = 1.0,
+                    model: str | None = None) -> list[dict[str, Any]]:
+        """The plan for buying (``prism capacity --procurement``): per scope the daily peak
+        projected over ``horizon`` from the trend of the last ``weeks`` weeks, the day
+        capacity would be exceeded (``exceeds_on``), the GPUs needed and the advice
+        (``text``), as the API's JSON rows (the day-ahead plan is computed with it)."""
+        data = self._capacity(cluster, scope=scope, horizon="1d", quantile=quantile,
+                              model=model, procurement=horizon, trend_weeks=weeks,
+                              growth=growth)
+        rows: list[dict[str, Any]] = data["procurement"]["rows"]
+        return rows
+
+    def _capacity(self, cluster: str, *, scope: str | None, horizon: str, quantile: float,
+                  model: str | None, **extra: object) -> dict[str, Any]:
+        """``GET /v1/capacity`` as JSON (``extra``: further query fields, ``None`` left out)."""
         query = {"cluster": cluster, "horizon": horizon, "quantile": f"{quantile:g}"}
         if scope:
             query["scope"] = scope
         if model:
             query["model"] = model
-        data = self._request("GET", "/v1/capacity", params=query).json()
-        return ([CapacityRow.from_json(r) for r in data["rows"]],
-                [CapacityMove(**{k: m[k] for k in CapacityMove.__dataclass_fields__})
-                 for m in data.get("moves", [])])
+        query.update({k: f"{v:g}" if isinstance(v, float) else str(v)
+                      for k, v in extra.items() if v is not None})
+        data: dict[str, Any] = self._request("GET", "/v1/capacity", params=query).json()
+        return data
 
     def capacity_report(self, *, cluster: str | None = None, horizon: str = "1d",
                         quantile: float = 0.95, model: str | None = None) -> str:

@@ -365,7 +365,31 @@ class CapacityQuery(BaseModel):
                               description="watts an idle GPU draws")
     watts_busy: float = Field(default=300.0, ge=0, le=10_000,
                               description="watts a busy GPU draws")
-    steps: bool = Field(default=False, description="add the GPUs needed at each step")
+    steps: bool = Field(default=False, description="add the GPUs needed at each step (and "
+                        "each projected day)")
+    procurement: Horizon | None = Field(
+        default=None, description="also the plan for buying: each scope's daily peak projected "
+        "over this horizon (30d, 12w) from its trend, and when capacity runs out")
+    trend_weeks: int = Field(default=4, ge=1, le=520, description="weeks of daily peaks the "
+                             "procurement trend is fitted on")
+    max_unmet: float | None = Field(
+        default=None, description="choose each scope's quantile from the planning backtest: "
+        "the cheapest leaving at most this share of demand unmet, as a fraction (0.003) or a "
+        "percentage (0.3%); quantile is then the fallback of a scope without a backtest",
+        json_schema_extra={"examples": [0.003]})
+
+    @field_validator("max_unmet", mode="before")
+    @classmethod
+    def _share(cls, value: object) -> float | None:
+        from prism.errors import ConfigError
+        from prism.usecases.capacity import parse_max_unmet
+
+        if value is None or value == "":
+            return None
+        try:
+            return parse_max_unmet(str(value), name="max_unmet")
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
 
     @property
     def params(self) -> dict[str, str]:
@@ -448,6 +472,79 @@ class CapacityOut(BaseModel):
     watts_busy: float
     rows: list[CapacityRowOut]
     moves: list[MoveOut] = Field(default_factory=list)
+    max_unmet: float | None = Field(default=None, description="the target unmet share the "
+                                    "quantiles were chosen for (none: one quantile)")
+    quantile_choice: list[QuantileChoiceOut] = Field(default_factory=list)
+    procurement: ProcurementOut | None = Field(default=None, description="the plan for "
+                                               "buying, when asked (procurement=30d)")
+
+
+class QuantileChoiceOut(BaseModel):
+    """The planning quantile chosen for one scope (``max_unmet``)."""
+
+    scope: str
+    series_id: str
+    quantile: float
+    unmet_share: float | None = Field(description="the quantile's unmet share of demand in "
+                                      "the planning backtest")
+    saved_share: float | None = Field(description="share of the static peak's idle GPU-hours "
+                                      "it saved there")
+    windows: int = Field(description="days replayed")
+    meets_target: bool | None = Field(description="false: no quantile meets the target, the "
+                                      "highest is used; none: no backtest, the fallback")
+    basis: str = Field(description="a saved planning run, 'replayed now' or 'none'")
+    text: str
+
+
+class ProcurementDayOut(BaseModel):
+    """One projected day of a scope."""
+
+    day: UtcTime
+    projected: float
+    low: float
+    high: float
+
+
+class ProcurementRowOut(BaseModel):
+    """One scope's projected daily level over the horizon, against its capacity."""
+
+    cluster: str
+    scope: str
+    series_id: str
+    start: UtcTime
+    end: UtcTime
+    days_fitted: int
+    first_day: UtcTime | None
+    last_day: UtcTime | None
+    last_level: float | None
+    recent_peak: float | None
+    slope_per_day: float | None = Field(description="Theil-Sen trend of the daily levels")
+    slope_low: float | None = Field(description="90 % interval of the slope")
+    slope_high: float | None
+    trend_now: float | None
+    margin: float | None
+    quantile: float
+    growth: float
+    projected_peak: float | None
+    projected_low: float | None
+    projected_high: float | None
+    capacity: float | None
+    capacity_source: str | None
+    exceeds_on: UtcTime | None = Field(description="first day the projection exceeds capacity")
+    needed_gpus: int
+    action: Literal["buy", "needs", "keep", "unknown", "no trend"]
+    text: str
+    reason: str
+    days: list[ProcurementDayOut] | None = None
+
+
+class ProcurementOut(BaseModel):
+    """A cluster's procurement plan (``prism capacity --procurement``)."""
+
+    cluster: str
+    horizon_days: int
+    weeks: int
+    rows: list[ProcurementRowOut]
 
 
 class ReportQuery(BaseModel):

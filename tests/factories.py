@@ -13,6 +13,7 @@ injected bursts) keep building their own.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -96,3 +97,27 @@ def panel_of(values: Mapping[str, Sequence[float] | np.ndarray], *, freq: str = 
                                                              periods=len(v), freq=freq),
                        "value": np.asarray(v, dtype=np.float64)})
          for sid, v in values.items()], ignore_index=True)
+
+
+class HandForecasts:
+    """A forecast source of hand-made forecasts: quantile ``u`` of a series is
+    ``mean + width * (u - 0.5)`` at each of its steps."""
+
+    label = "hand"
+
+    def __init__(self, spec: dict[str, tuple[list[float], float]]) -> None:
+        self.spec = spec
+
+    def forecast(self, store: Any, series_ids: list[str], horizon: str,
+                 levels: list[float]) -> tuple[pd.DataFrame, int]:
+        frames = []
+        for sid in series_ids:
+            mean, width = self.spec[sid]
+            last = store.load_panel([sid])["ts"].max()
+            frame = pd.DataFrame({"series_id": sid, "model": "hand", "mean": mean,
+                                  "ts": pd.date_range(last + pd.Timedelta("10min"),
+                                                      periods=len(mean), freq="10min")})
+            for u in levels:
+                frame[f"p{round(u * 100, 6):g}"] = np.asarray(mean) + width * (u - 0.5)
+            frames.append(frame)
+        return pd.concat(frames, ignore_index=True), 600

@@ -20,9 +20,9 @@ from prism.capacity import advise, plan_capacity
 from prism.cli import main
 from prism.config import Settings
 from prism.schema import SERIES_ID
-from prism.store import Store
 from prism.usecases.capacity import plan_cluster_capacity
 from service.app import create_app
+from tests.factories import HandForecasts
 
 START = pd.Timestamp("2026-01-05")
 STEPS = 144 * 2  # two days of 10-minute points
@@ -42,29 +42,6 @@ def _write_store(folder: Path, series: dict[str, np.ndarray], capacity: str) -> 
     assert main(["--db", str(db), "ingest", str(table), "--format", "capacity-csv", "-q"]) == 0
     return db
 
-
-class HandForecasts:
-    """A forecast source of hand-made forecasts: quantile ``u`` of a series is
-    ``mean + width * (u - 0.5)`` at each of its steps."""
-
-    label = "hand"
-
-    def __init__(self, spec: dict[str, tuple[list[float], float]]) -> None:
-        self.spec = spec
-
-    def forecast(self, store: Store, series_ids: list[str], horizon: str,
-                 levels: list[float]) -> tuple[pd.DataFrame, int]:
-        frames = []
-        for sid in series_ids:
-            mean, width = self.spec[sid]
-            last = store.load_panel([sid])["ts"].max()
-            frame = pd.DataFrame({SERIES_ID: sid, "model": "hand", "mean": mean,
-                                  "ts": pd.date_range(last + pd.Timedelta("10min"),
-                                                      periods=len(mean), freq="10min")})
-            for u in levels:
-                frame[f"p{round(u * 100, 6):g}"] = np.asarray(mean) + width * (u - 0.5)
-            frames.append(frame)
-        return pd.concat(frames, ignore_index=True), 600
 
 
 def test_sizing_is_the_in_use_quantile_plus_a_capped_queue_allowance(tmp_path: Path) -> None:

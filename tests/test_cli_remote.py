@@ -167,3 +167,25 @@ def test_a_prometheus_pull_is_refused_while_a_server_holds_the_store(
     assert main(["--db", db, "ingest", "--prometheus-url", "http://127.0.0.1:9",
                  "--query", "up", "--start", "now-1h"]) == 1
     assert "stop it to pull from Prometheus" in capsys.readouterr().err
+
+
+def test_planning_options_go_through_or_are_refused_by_name(
+        served: tuple[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db, _ = served
+    # --max-unmet goes to GET /v1/capacity, which checks it
+    assert main(["--db", db, "capacity", "--cluster", CLUSTER, "--horizon", "6h",
+                 "--max-unmet", "5%", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["rows"]
+    assert main(["--db", db, "capacity", "--cluster", CLUSTER, "--max-unmet", "-1"]) != 0
+    assert "max-unmet" in capsys.readouterr().err.replace("_", "-")
+    # what the API does not take is refused, not silently dropped
+    refused = [
+        ["capacity", "--cluster", CLUSTER, "--procurement", "30d"],
+        ["report", "--cluster", CLUSTER, "--max-unmet", "1%", "--output",
+         str(tmp_path / "r.html")],
+        ["forecast", SERIES, "--cluster", CLUSTER, "--horizon", "1h"],
+    ]
+    for argv in refused:
+        assert main(["--db", db, *argv]) != 0, argv
+        assert "through the server" in capsys.readouterr().err, argv
+    assert not (tmp_path / "r.html").exists()

@@ -2,14 +2,17 @@
 
 Both plan with the newest saved model of each series by default (as the API does), fit one
 only with ``--refit`` or when there is none (and say so on stderr), so that the CLI, the API
-and the report give one set of numbers.
+and the report give one set of numbers. ``--max-unmet 0.3%`` chooses each scope's quantile
+from the planning backtest. ``prism capacity --procurement 30d`` adds the plan for buying
+beside the day-ahead plan (a flag rather than a command: one run answers both "what to lend
+today" and "what to buy this month", with the same cluster, capacities and growth, and as
+``GET /v1/capacity?procurement=30d``). Both show a progress bar per stage on a terminal.
 """
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,7 +36,8 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from prism.capacity import CapacityPlan, Watts
-    from prism.usecases.capacity import SavedModels
+    from prism.procurement import ProcurementPlan
+    from prism.usecases.capacity import QuantileChoices, SavedModels
 
 
 def print_planning(table: pd.DataFrame, title: str, console: Console = _out) -> None:
@@ -83,35 +87,56 @@ def _source(args: argparse.Namespace,
                     refit=args.refit)
 
 
-def _status(args: argparse.Namespace, text: str) -> Any:
-    """A spinner on stderr while a step without a count runs (a terminal only, not -q)."""
-    return _err.status(text, spinner="dots") if progress_wanted(args.quiet) else nullcontext()
-
-
 def _notes(source: SavedModels) -> None:
     for note in source.notes:
         _err.print(f"note: {note}", markup=False)
 
 
+def _max_unmet(args: argparse.Namespace) -> float | None:
+    from prism.usecases.capacity import parse_max_unmet
+
+    return None if args.max_unmet is None else parse_max_unmet(args.max_unmet)
+
+
 def _cmd_capacity(args: argparse.Namespace) -> int:
-    """``prism capacity``: the plan of a cluster, its moves and the reasons."""
+    """``prism capacity``: the plan of a cluster, its moves and the reasons; with
+    ``--procurement``, the plan for buying beside it."""
     from prism.capacity import read_capacity_table, read_reservations
     from prism.cli.common import write_output
-    from prism.usecases.capacity import plan_cluster_capacity
+    from prism.usecases.capacity import (
+        choose_cluster_quantiles,
+        plan_cluster_capacity,
+        plan_cluster_procurement,
+        procurement_days,
+    )
 
     check_output(args.output, args.format)
     if args.output == "-" and args.json:
         raise ConfigError("--json and --output - both write to stdout: drop one (--format json "
                           "--output - writes the steps as JSON)")
+    max_unmet = _max_unmet(args)  # bad values fail before any work
+    if args.procurement is not None:
+        procurement_days(args.procurement)
     source = _source(args)
     capacities = read_capacity_table(args.capacity) if args.capacity else None
     reservations = read_reservations(args.reservations) if args.reservations else []
-    with (_status(args, f"forecasting {args.cluster} with {args.model} ..."),
+    choice, procurement = None, None
+    with (progress_bar(progress_wanted(args.quiet)) as bar,
           usecases.open_store(args.db, must_exist=True) as store):
+        if max_unmet is not None:
+            choice = choose_cluster_quantiles(
+                store, args.cluster, source, max_unmet=max_unmet, horizon=args.horizon,
+                fallback=args.quantile, capacity_table=capacities, progress=bar)
         plan = plan_cluster_capacity(
             store, args.cluster, source, scope=args.scope, horizon=args.horizon,
             quantile=args.quantile, capacity_table=capacities, reservations=reservations,
-            growth=args.growth, watts=_watts(args.watts_per_gpu))
+            growth=args.growth, watts=_watts(args.watts_per_gpu), choice=choice,
+            progress=bar)
+        if args.procurement is not None:
+            procurement = plan_cluster_procurement(
+                store, args.cluster, scope=args.scope, horizon=args.procurement,
+                weeks=args.trend_weeks, quantile=args.quantile, growth=args.growth,
+                capacity_table=capacities, progress=bar)
     _notes(source)
     if args.output:
         where = write_output(plan.steps, args.output, args.format)
@@ -122,30 +147,76 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
     if args.json:
         import json
 
-        _out.print_json(json.dumps({
+        data: dict[str, Any] = {
             "cluster": plan.cluster, "horizon": args.horizon, "quantile": plan.quantile,
             "model": source.label, "watts_idle": plan.watts.idle,
             "watts_busy": plan.watts.busy, "rows": plan.records(steps=args.steps),
-            "moves": plan.move_records()}, default=json_default))
+            "moves": plan.move_records(), "max_unmet": max_unmet,
+            "quantile_choice": choice.records() if choice is not None else []}
+        if procurement is not None:
+            data["procurement"] = procurement_json(procurement, steps=args.steps)
+        _out.print_json(json.dumps(data, default=json_default))
         return 0
-    print_plan(plan, growth=args.growth)
+    print_plan(plan, growth=args.growth, choice=choice)
+    if procurement is not None:
+        print_procurement(procurement)
     return 0
 
 
-def print_plan(plan: CapacityPlan, *, growth: float = 1.0) -> None:
-    """The capacity table, the moves between VCs and each row's reason."""
+def procurement_json(plan: ProcurementPlan, *, steps: bool = False) -> dict[str, Any]:
+    """The procurement plan as ``GET /v1/capacity/procurement`` answers it."""
+    return {"cluster": plan.cluster, "horizon_days": plan.horizon_days, "weeks": plan.weeks,
+            "rows": plan.records(steps=steps)}
+
+
+def print_procurement(plan: ProcurementPlan) -> None:
+    """The procurement table and each row's advice and reason."""
+    import pandas as pd
+
+    table = plan.table()
+    cols = ["scope", "capacity", "trend_now", "slope_per_day", "slope_low", "slope_high",
+            "projected_peak", "projected_low", "projected_high", "exceeds_on", "needed_gpus",
+            "action"]
+    shown = table[cols].rename(columns={
+        "trend_now": "trend now", "slope_per_day": "GPUs/day", "slope_low": "low",
+        "slope_high": "high", "projected_peak": "peak", "projected_low": "peak low",
+        "projected_high": "peak high", "exceeds_on": "exceeds on", "needed_gpus": "needs"})
+    shown["exceeds on"] = [f"{r.exceeds_on:%Y-%m-%d}" if r.exceeds_on is not None else "-"
+                           for r in plan.rows]
+    for col in shown.columns:
+        if pd.api.types.is_float_dtype(shown[col]):
+            shown[col] = shown[col].round(2 if col in ("GPUs/day", "low", "high") else 1)
+    row = plan.rows[0]
+    _out.print(_table(shown, title=f"{plan.cluster} procurement: {row.start:%Y-%m-%d} to "
+                      f"{row.end - pd.Timedelta(days=1):%Y-%m-%d} ({plan.horizon_days} d, "
+                      f"trend of the daily peaks over {plan.weeks} weeks)"))
+    _out.print("procurement:")
+    for r in plan.rows:
+        _out.print(f"  {r.scope}: {r.text}")
+        if r.days_fitted:
+            _out.print(f"    {r.reason}", markup=False)
+
+
+def print_plan(plan: CapacityPlan, *, growth: float = 1.0,
+               choice: QuantileChoices | None = None) -> None:
+    """The capacity table, the moves between VCs and each row's reason (with ``choice``, the
+    quantile of each scope and the scopes where none meets the target)."""
     import pandas as pd
 
     table = plan.table()
     start, end = plan.rows[0].start, plan.rows[0].end
-    q = f"p{plan.quantile * 100:g}"
+    q = f"p{plan.quantile * 100:g}" if choice is None else "at q"
     cols = ["scope", "in_use_needed", "queue_allowance", "gpus_needed", "capacity",
             "net_gpus", "shortfall_gpu_hours", "queue_risk", "idle_gpu_hours",
             "idle_energy_kwh", "recommendation"]
+    if choice is not None:
+        cols.insert(1, "quantile")
     shown = table[cols].rename(columns={
         "in_use_needed": f"in use {q}", "queue_allowance": "queue", "gpus_needed": f"needed {q}",
         "net_gpus": "net", "shortfall_gpu_hours": "short GPU-h", "idle_gpu_hours": "idle GPU-h",
         "idle_energy_kwh": "idle kWh"})
+    if choice is not None:
+        shown["quantile"] = [f"p{v * 100:g}" for v in table["quantile"]]
     for col in shown.columns:
         if pd.api.types.is_float_dtype(shown[col]):
             shown[col] = shown[col].round(3 if col == "queue_risk" else 1)
@@ -155,9 +226,16 @@ def print_plan(plan: CapacityPlan, *, growth: float = 1.0) -> None:
         _out.print("moves between VCs (before anything is added):")
         for move in plan.moves:
             _out.print(f"  {move.text}")
+    if choice is not None:
+        missed = [c for c in choice.rows if c.meets_target is False]
+        _out.print(f"quantile per scope: the cheapest with at most "
+                   f"{choice.max_unmet * 100:.3g} % of demand unmet in {choice.model}'s "
+                   f"planning backtest ({choice.block} levels)"
+                   + (f"; none meets it for {', '.join(c.scope for c in missed)}: the highest "
+                      "quantile is used there" if missed else ""), markup=False)
     _out.print("why:")
     for row in plan.rows:
-        _out.print(f"  {row.scope}: {row.reason}")
+        _out.print(f"  {row.scope}: {row.reason}", markup=False)
     extras = []
     if growth != 1.0:
         extras.append(f"growth x{growth:g}")
@@ -173,19 +251,23 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from prism.capacity import read_capacity_table
     from prism.usecases.report import capacity_report
 
+    max_unmet = _max_unmet(args)  # bad values fail before any work
+    extra: dict[str, Any] = {}
     capacities = read_capacity_table(args.capacity) if args.capacity else None
-    # one step per cluster (the use case gives no finer count): a bar once the clusters are
-    # named, else a count without a total
+    # one step per cluster (counted as the source forecasts): a bar once the clusters are
+    # named, else a count without a total; the use case's own stages where it reports them
     total = len(args.cluster) if args.cluster else 0
     with (progress_bar(progress_wanted(args.quiet)) as bar,
           usecases.open_store(args.db, must_exist=True) as store):
         if bar is not None:
             bar("clusters", 0, total)
+            # its stages, counted on one bar
+            extra["progress"] = lambda _stage, done, n: bar("report", done, n)
         source = _source(args, (lambda n: bar("clusters", n, max(total, n))) if bar else None)
         result = capacity_report(
             store, source, clusters=args.cluster, horizon=args.horizon,
             quantile=args.quantile, capacity_table=capacities, watts=_watts(args.watts_per_gpu),
-            output=args.output, pdf=args.pdf)
+            output=args.output, pdf=args.pdf, max_unmet=max_unmet, **extra)
     _notes(source)
     _out.print(f"wrote {result.path} ({', '.join(result.clusters) or 'no cluster'})"
                + (f" and {result.pdf}" if result.pdf else ""))
@@ -197,6 +279,10 @@ def _plan_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--horizon", default="1d", help="the planning window")
     p.add_argument("--quantile", type=float, default=0.95,
                    help="the planning quantile of GPUs in use")
+    p.add_argument("--max-unmet", metavar="SHARE",
+                   help="choose each scope's quantile from the planning backtest: the "
+                   "cheapest leaving at most this share of demand unmet, e.g. 0.3%% or 0.003 "
+                   "(--quantile is then the fallback of a scope without a backtest)")
     _model_flags(p)
 
 
@@ -237,8 +323,13 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
                    help="power of one GPU idle and busy in watts (default 60,300)")
     p.add_argument("--json", action="store_true", help="one JSON object (as GET /v1/capacity; "
                    "times in UTC, with Z)")
+    p.add_argument("--procurement", metavar="HORIZON",
+                   help="also the plan for buying: each scope's daily peak projected over "
+                   "HORIZON (e.g. 30d, 12w) from its trend, and when capacity runs out")
+    p.add_argument("--trend-weeks", type=int, default=4, metavar="N",
+                   help="with --procurement: weeks of daily peaks the trend is fitted on")
     p.add_argument("--steps", action="store_true", help="with --json: the GPUs needed at "
-                   "each step too")
+                   "each step too (and each projected day)")
     output_flags(p, "also write the GPUs needed at each step", table=False)
     p.set_defaults(func=_cmd_capacity)
 

@@ -137,11 +137,12 @@ def run_ingest(args: argparse.Namespace, info: ServerInfo) -> int:
 
 
 def run_forecast(args: argparse.Namespace, info: ServerInfo) -> int:
-    if args.all or not args.series_ids or args.save or args.from_model or args.reconcile:
+    if (args.all or not args.series_ids or args.save or args.from_model or args.reconcile
+            or getattr(args, "cluster", None)):
         raise ConfigError(
             "through the server, `prism forecast` takes series ids and serves them from the "
-            "server's models (no --all, --save, --from-model or --reconcile): name the series,"
-            " or stop the server")
+            "server's models (no --all, --cluster, --save, --from-model or --reconcile): name "
+            "the series, or stop the server")
     with _client(info) as client:
         forecasts = client.forecast_many(
             args.series_ids, horizon=args.horizon,
@@ -165,14 +166,17 @@ def run_refit(args: argparse.Namespace, info: ServerInfo) -> int:
 
 def run_capacity(args: argparse.Namespace, info: ServerInfo) -> int:
     if (args.capacity or args.reservations or args.output or args.growth != 1.0 or args.param
-            or getattr(args, "refit", False) or getattr(args, "models_dir", None)):
+            or getattr(args, "refit", False) or getattr(args, "models_dir", None)
+            or getattr(args, "procurement", None)):
         raise ConfigError("through the server, `prism capacity` takes --scope, --horizon, "
-                          "--quantile and --model (the server's own saved models); stop the "
-                          "server for the other options")
+                          "--quantile, --max-unmet and --model (the server's own saved "
+                          "models); stop the server for the other options (the procurement "
+                          "plan: GET /v1/capacity?procurement=30d)")
     with _client(info) as client:
         rows, moves = client.capacity_plan(args.cluster, scope=args.scope,
                                            horizon=args.horizon, quantile=args.quantile,
-                                           model=args.model)
+                                           model=args.model,
+                                           max_unmet=getattr(args, "max_unmet", None))
     frame = pd.DataFrame([vars(r) for r in rows])
     if args.json:
         records = json.loads(frame.to_json(orient="records", date_format="iso"))
@@ -203,7 +207,8 @@ def run_report(args: argparse.Namespace, info: ServerInfo) -> int:
     from prism.usecases.files import output_path
 
     if (args.pdf or args.capacity or args.param or (args.cluster and len(args.cluster) > 1)
-            or getattr(args, "refit", False) or getattr(args, "models_dir", None)):
+            or getattr(args, "refit", False) or getattr(args, "models_dir", None)
+            or getattr(args, "max_unmet", None) is not None):
         raise ConfigError("through the server, `prism report` takes one --cluster, --horizon,"
                           " --quantile and --model; stop the server for the other options")
     path = output_path(args.output, (".html", ".htm"))

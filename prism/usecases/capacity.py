@@ -6,23 +6,34 @@ only when asked or when there is none) or :class:`~prism.usecases.forecast.HubMo
 API: the same registry models, served by the hub). Loading capacities, reservations and history
 is here, the planning itself in :mod:`prism.capacity`, and the report
 (:mod:`prism.usecases.report`) plans each cluster with the same function.
+
+With a target unmet share (``--max-unmet``, ``max_unmet=``), :func:`choose_cluster_quantiles`
+picks each scope's quantile from the planning backtest first. :func:`plan_cluster_procurement`
+is the plan for buying beside the day-ahead one (``--procurement 30d``): each scope's daily
+peaks projected from their trend (:mod:`prism.procurement`).
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import math
+import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pandas as pd
 
 from prism.errors import ConfigError, IngestError, SeriesNotFound
-from prism.schema import ALL_SCOPE, GPU_TYPE_PREFIX, SERIES_ID, freq_seconds
+from prism.progress import Progress
+from prism.schema import ALL_SCOPE, GPU_TYPE_PREFIX, SERIES_ID, freq_seconds, split_series_id
 
 if TYPE_CHECKING:
     from prism.capacity import CapacityPlan, Reservation, Watts
+    from prism.forecasters import BaseForecaster
+    from prism.procurement import ProcurementPlan
     from prism.store import Store
     from prism.usecases.forecast import ForecastSource
 
@@ -36,6 +47,8 @@ _RECENT = pd.Timedelta(days=7)
 #: Plans are capped at capacity only for GPUs in use (allocations cannot exceed what is
 #: installed; demand with a queue can).
 ALLOCATED = "/gpus_in_use"
+#: Quantiles the planning backtest replays when a plan chooses its quantile per scope.
+CANDIDATE_QUANTILES = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.975, 0.99)
 
 
 @dataclass(frozen=True)
@@ -176,6 +189,9 @@ def plan_cluster_capacity(
     reservations: Sequence[Reservation] = (),
     growth: float = 1.0,
     watts: Watts | None = None,
+    max_unmet: float | None = None,
+    choice: QuantileChoices | None = None,
+    progress: Progress | None = None,
 ) -> CapacityPlan:
     """Plan a cluster's capacity: forecast each scope's GPUs in use and queued GPUs with
     ``source``, load capacities and recent peaks, and plan
@@ -196,9 +212,18 @@ def plan_cluster_capacity(
             :func:`prism.capacity.parse_reservation`).
         growth: demand growth factor.
         watts: idle and busy draw per GPU.
+        max_unmet: plan each scope at the cheapest quantile whose unmet share of demand in
+            the planning backtest is at most this (0.003: 0.3 %;
+            :func:`choose_cluster_quantiles`); ``quantile`` is then the fallback of a scope
+            without a backtest. ``None``: every scope at ``quantile``.
+        choice: quantiles already chosen (:func:`choose_cluster_quantiles`), instead of
+            choosing them here for ``max_unmet``.
+        progress: called as ``progress(stage, done, total)`` per stage (``backtest`` when
+            quantiles are chosen, ``forecast``, ``plan``).
 
     Returns:
-        The :class:`~prism.capacity.CapacityPlan`.
+        The :class:`~prism.capacity.CapacityPlan` (with ``max_unmet``, each row's reason says
+        how its quantile was chosen).
 
     Raises:
         SeriesNotFound: for an unknown cluster or scope.
@@ -215,8 +240,17 @@ def plan_cluster_capacity(
         demand_series(store, cluster, scope=scope)  # an unknown scope is named
     series = planned_series(store, cluster)
     _check_reservations(store, cluster, reservations)
-    levels = sorted({*DISTRIBUTION_LEVELS, float(quantile)})
+    if choice is None and max_unmet is not None:
+        choice = choose_cluster_quantiles(store, cluster, source, max_unmet=max_unmet,
+                                          horizon=horizon, fallback=quantile,
+                                          capacity_table=capacity_table, progress=progress)
+    chosen = choice.quantiles() if choice is not None else {}
+    levels = sorted({*DISTRIBUTION_LEVELS, float(quantile), *chosen.values()})
+    if progress is not None:
+        progress("forecast", 0, 1)
     frame, freq_s = source.forecast(store, series.all_ids(), horizon, levels)
+    if progress is not None:
+        progress("forecast", 1, 1)
     sizing = frame[frame[SERIES_ID].isin(set(series.sizing.values()))]
     at = pd.Timestamp(frame["ts"].min())
     gpus, where = capacities_at(store, cluster, list(series.sizing), at, capacity_table)
@@ -226,7 +260,15 @@ def plan_cluster_capacity(
     queue, queue_peak = _queue(frame, recent, series)
     plan = plan_capacity(sizing, gpus, quantile=float(quantile), freq_s=freq_s, watts=watts,
                          growth=growth, reservations=reservations, recent_peak=recent_peak,
-                         capacity_source=where, queue=queue, queue_peak=queue_peak)
+                         capacity_source=where, queue=queue, queue_peak=queue_peak,
+                         scope_quantiles=chosen)
+    if choice is not None:
+        why = {c.scope: c.text for c in choice.rows}
+        plan = replace(plan, rows=tuple(
+            replace(r, reason=f"{r.reason}; {why[r.scope]}") if r.scope in why else r
+            for r in plan.rows))
+    if progress is not None:
+        progress("plan", 1, 1)
     return plan.only(scope) if scope is not None else plan
 
 
@@ -251,6 +293,322 @@ def _queue(frame: pd.DataFrame, recent: pd.DataFrame, series: PlannedSeries
     queue = (pd.concat(parts, ignore_index=True) if parts
              else pd.DataFrame({SERIES_ID: pd.Series(dtype=str), "mean": pd.Series(dtype=float)}))
     return queue, peak
+
+
+# -- choosing the quantile per scope (--max-unmet) ------------------------------------------
+def parse_max_unmet(value: str | float, *, name: str = "--max-unmet") -> float:
+    """A target unmet share from ``0.3%`` or ``0.003``.
+
+    Raises:
+        ConfigError: naming ``name``, for text that is not a number, a negative share or one
+            of 100 % or more.
+    """
+    text = str(value).strip()
+    percent = text.endswith("%")
+    try:
+        share = float(text[:-1].strip() if percent else text)
+    except ValueError:
+        raise ConfigError(f"{name} {text!r} is not a number: give the unmet share of demand "
+                          "allowed as a fraction (0.003) or a percentage (0.3%)") from None
+    share = share / 100 if percent else share
+    if not math.isfinite(share) or not 0 <= share < 1:
+        raise ConfigError(f"{name} {text!r} must be at least 0 and below 100 %, e.g. 0.3% or "
+                          "0.003")
+    return share
+
+
+@dataclass(frozen=True)
+class QuantileChoice:
+    """The planning quantile chosen for one scope.
+
+    Attributes:
+        scope / series_id: the scope and the series it is sized on.
+        quantile: the quantile it is planned at.
+        unmet_share / saved_share: that quantile's unmet share of demand and share of the
+            static peak's idle GPU-hours saved in the planning backtest (``None``: no backtest).
+        windows: days replayed.
+        meets_target: whether the unmet share is within the target (``None``: no backtest, the
+            fallback quantile is used).
+        basis: where the backtest came from (a saved run id, or ``replayed now``).
+        text: the choice in words (added to the row's reason).
+    """
+
+    scope: str
+    series_id: str
+    quantile: float
+    unmet_share: float | None
+    saved_share: float | None
+    windows: int
+    meets_target: bool | None
+    basis: str
+    text: str
+
+
+@dataclass(frozen=True)
+class QuantileChoices:
+    """The quantiles of a cluster's scopes for a target unmet share.
+
+    Attributes:
+        max_unmet: the target.
+        model: the model whose planning backtest they come from.
+        block: the provisioning block of that backtest (``1d`` or ``1h``).
+        rows: one :class:`QuantileChoice` per scope.
+    """
+
+    max_unmet: float
+    model: str
+    block: str
+    rows: tuple[QuantileChoice, ...]
+
+    def quantiles(self) -> dict[str, float]:
+        """Scope -> its quantile."""
+        return {c.scope: c.quantile for c in self.rows}
+
+    def records(self) -> list[dict[str, object]]:
+        """The choices as plain dicts."""
+        return [dict(c.__dict__) for c in self.rows]
+
+
+def choose_cluster_quantiles(
+    store: Store,
+    cluster: str,
+    source: ForecastSource,
+    *,
+    max_unmet: float,
+    horizon: str = "1d",
+    fallback: float = 0.95,
+    capacity_table: pd.DataFrame | None = None,
+    progress: Progress | None = None,
+) -> QuantileChoices:
+    """Per scope, the cheapest quantile of ``source``'s model whose unmet share of demand in
+    the planning backtest is at most ``max_unmet``
+    (:func:`prism.evaluation.planning.choose_quantiles`); where none is, the highest.
+
+    The backtest is the last saved ``prism backtest --planning`` of the model where it covers
+    a scope's series; the other series are replayed now: the model's day-ahead forecasts of
+    the last (up to) 7 days at :data:`CANDIDATE_QUANTILES`, GPUs in use capped at capacity.
+    The block is ``1d`` for a horizon of a day or more, else ``1h``.
+
+    Args:
+        store: the store.
+        cluster: the cluster.
+        source: the forecast source; its ``label`` names the model (``naive``, ``prism``).
+        max_unmet: the target unmet share (0.003: 0.3 %; :func:`parse_max_unmet`).
+        horizon: the plan's window (chooses the block).
+        fallback: the quantile of a scope without a backtest (too little history).
+        capacity_table: capacities overriding the store's (the replay's cap).
+        progress: called as ``progress("backtest", done, total)`` while replaying.
+
+    Returns:
+        The :class:`QuantileChoices`.
+
+    Raises:
+        SeriesNotFound: for a cluster without demand series.
+        ConfigError: for a bad target or an unknown model.
+    """
+    from prism.evaluation.planning import choose_quantiles
+
+    max_unmet = parse_max_unmet(max_unmet, name="max_unmet")
+    sizing = demand_series(store, cluster)
+    ids = set(sizing.values())
+    info = store.list_series(cluster=cluster).set_index(SERIES_ID)
+    freq_s = freq_seconds(str(info.loc[next(iter(ids)), "freq"]))
+    block = "1d" if _window_s(horizon, freq_s) >= 86_400 or 3600 % freq_s else "1h"
+    model = source.label
+    parts, basis = [], {}
+    saved = store.latest_evaluation("planning")
+    if saved is not None and SERIES_ID in saved[3].columns:
+        run_id, table = saved[0], saved[3]
+        mine = table[table[SERIES_ID].isin(ids) & (table["model"] == model)
+                     & (table["block"] == block) & table["quantile"].notna()]
+        parts.append(mine)
+        basis.update(dict.fromkeys(mine[SERIES_ID].astype(str), f"saved run {run_id}"))
+    missing = sorted(ids - set(basis))
+    if missing:
+        replayed = _replay(store, cluster, missing, model, block, capacity_table, progress)
+        if replayed is not None:
+            parts.append(replayed)
+            basis.update(dict.fromkeys(replayed[SERIES_ID].astype(str), "replayed now"))
+    rows = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+    picked = (choose_quantiles(rows, model=model, block=block, max_unmet=max_unmet)
+              .set_index(SERIES_ID) if not rows.empty else pd.DataFrame())
+    windows = (rows.groupby(SERIES_ID)["windows"].max() if not rows.empty
+               else pd.Series(dtype=float))
+    target = f"{max_unmet * 100:.3g} %"
+    choices = []
+    for scope, sid in sizing.items():
+        if sid not in picked.index:
+            choices.append(QuantileChoice(
+                scope, sid, float(fallback), None, None, 0, None, "none",
+                f"p{fallback * 100:g} (the fallback quantile): no planning backtest of "
+                f"{model} on {sid} (too little history for a day-ahead replay)"))
+            continue
+        row = picked.loc[sid].to_dict()
+        q, unmet, saved_share = (float(row["quantile"]), float(row["unmet_share"]),
+                                 float(row["saved_share"]))
+        days = int(windows.get(sid, 0))
+        unmet = 0.0 if math.isnan(unmet) else unmet
+        where = f"{days} day(s) of {model}'s planning backtest ({basis[sid]}, {block} levels)"
+        if bool(row["meets_target"]):
+            text = (f"p{q * 100:g} chosen: the cheapest quantile with at most {target} of "
+                    f"demand unmet over {where}: {unmet:.2%} unmet, {saved_share:.1%} of the "
+                    "static peak's idle GPU-hours saved")
+        else:
+            text = (f"no quantile keeps the unmet share within {target} over {where}; the "
+                    f"highest, p{q * 100:g}, is used ({unmet:.2%} unmet)")
+        choices.append(QuantileChoice(scope, sid, q, unmet, saved_share, days,
+                                      bool(row["meets_target"]), basis[sid], text))
+    return QuantileChoices(max_unmet, model, block, tuple(choices))
+
+
+def _window_s(horizon: str, freq_s: int) -> float:
+    """A horizon (a duration, or steps) in seconds."""
+    from prism.schema import parse_duration
+
+    text = str(horizon).strip()
+    if text.isdigit():
+        return int(text) * freq_s
+    return float(parse_duration(text).total_seconds())
+
+
+def _replay(store: Store, cluster: str, series_ids: list[str], model: str, block: str,
+            capacity_table: pd.DataFrame | None, progress: Progress | None
+            ) -> pd.DataFrame | None:
+    """The per-series planning backtest of ``model`` replayed now on the last (up to) 7 days
+    at :data:`CANDIDATE_QUANTILES`; ``None`` when the series are too short."""
+    from prism.evaluation.backtest import backtest
+    from prism.evaluation.planning import planning_backtest
+    from prism.schema import panel_freq
+
+    panel = store.load_panel(series_ids)
+    freq_s = panel_freq(panel, purpose="be planned together")
+    days = min(7, int(panel.groupby(SERIES_ID).size().min() * freq_s // 86_400) - 2)
+    if days < 1 or 86_400 % freq_s:
+        logger.info("%s: too short for a day-ahead planning replay", ", ".join(series_ids))
+        return None
+    levels = sorted({0.5, *CANDIDATE_QUANTILES})
+    frame = backtest({model: _forecaster(model)}, panel, horizon="1d", windows=days,
+                     quantiles=levels, on_short="skip",
+                     progress=(lambda d, t: progress("backtest", d, t)) if progress else None)
+    if frame.empty:
+        return None
+    scopes = {sid: split_series_id(sid)[1] for sid in series_ids}
+    gpus, _ = capacities_at(store, cluster, sorted(set(scopes.values())),
+                            pd.Timestamp(frame["cutoff"].min()), capacity_table)
+    capacity = {sid: gpus[s] for sid, s in scopes.items()
+                if s in gpus and sid.endswith(ALLOCATED)}
+    result = planning_backtest(None, panel, days=days, horizon="1d",
+                               quantiles=CANDIDATE_QUANTILES, blocks=[block],
+                               capacity=capacity, frame=frame)
+    return result.by_series
+
+
+def _forecaster(label: str) -> BaseForecaster:
+    """The forecaster of a model key (``naive``, ``prism[use_rnn=false]``).
+
+    Raises:
+        ConfigError: for a key that names no model.
+    """
+    from prism.forecasters import get_forecaster
+
+    match = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*)(?:\[(.*)\])?", label)
+    if match is None:
+        raise ConfigError(f"model {label!r} is not a model key such as prism or "
+                          "prism[use_rnn=false]")
+    params: dict[str, object] = {}
+    for part in re.split(r",(?=[A-Za-z_][A-Za-z0-9_]*=)", match.group(2) or ""):
+        if part:
+            name, _, value = part.partition("=")
+            params[name] = json.loads(value)
+    return get_forecaster(match.group(1), **params)
+
+
+# -- procurement ---------------------------------------------------------------------------
+def procurement_days(horizon: str, *, name: str = "--procurement") -> int:
+    """Whole days of a procurement horizon (``30d``, ``8w``; at least a day).
+
+    Raises:
+        ConfigError: naming ``name``, for text that is not a duration of a day or more.
+    """
+    from prism.schema import parse_duration
+
+    try:
+        seconds = parse_duration(str(horizon)).total_seconds()
+    except ConfigError as exc:
+        raise ConfigError(f"{name}: {exc}") from None
+    if seconds < 86_400:
+        raise ConfigError(f"{name} {horizon!r} is shorter than a day: a procurement plan looks "
+                          "weeks or months ahead, e.g. 30d or 12w")
+    return math.ceil(seconds / 86_400 - 1e-9)
+
+
+def plan_cluster_procurement(
+    store: Store,
+    cluster: str,
+    *,
+    scope: str | None = None,
+    horizon: str = "30d",
+    weeks: int = 4,
+    quantile: float = 0.95,
+    growth: float = 1.0,
+    capacity_table: pd.DataFrame | None = None,
+    progress: Progress | None = None,
+) -> ProcurementPlan:
+    """A cluster's procurement plan: each scope's daily level (peak GPUs in use plus mean
+    queued GPUs) projected over ``horizon`` from its Theil-Sen trend over the last ``weeks``
+    weeks, against its capacity (:func:`prism.procurement.plan_procurement`).
+
+    Args:
+        store: the store.
+        cluster: the cluster.
+        scope: show one scope only.
+        horizon: the days projected (``30d``, ``12w``).
+        weeks: the weeks of history the trend is fitted on.
+        quantile: the quantile of the days' levels above their trend added as a margin.
+        growth: demand growth factor on top of the trend.
+        capacity_table: capacities overriding the store's.
+        progress: called as ``progress("procure", done, total)``.
+
+    Returns:
+        The :class:`~prism.procurement.ProcurementPlan`.
+
+    Raises:
+        SeriesNotFound: for an unknown cluster or scope.
+        ConfigError: for a bad horizon, weeks, quantile or growth.
+        DataContractError: for no complete day of history.
+    """
+    from prism.procurement import daily_levels, plan_procurement
+
+    days = procurement_days(horizon)
+    if scope is not None:
+        demand_series(store, cluster, scope=scope)
+    if progress is not None:
+        progress("procure", 0, 1)
+    series = planned_series(store, cluster)
+    info = store.list_series(cluster=cluster).set_index(SERIES_ID)
+    sizing_ids = sorted(series.sizing.values())
+    freq_s = freq_seconds(str(info.loc[sizing_ids[0], "freq"]))
+    end = pd.Timestamp(pd.to_datetime(info.loc[sizing_ids, "last_ts"]).max())
+    start = end.floor("D") - pd.Timedelta(weeks=max(int(weeks), 1)) - pd.Timedelta(days=1)
+    panel = store.load_panel(series.all_ids(), start=start)
+    in_use = panel[panel[SERIES_ID].isin(sizing_ids)]
+    queues = []
+    wide = panel.pivot(index="ts", columns=SERIES_ID, values="value")
+    for name, (first, minus) in series.queue.items():
+        if first not in wide or (minus is not None and minus not in wide):
+            continue
+        queued = wide[first] - (wide[minus] if minus is not None else 0.0)
+        queues.append(pd.DataFrame({SERIES_ID: series.sizing[name], "ts": queued.index,
+                                    "value": queued.to_numpy()}).dropna())
+    queue = pd.concat(queues, ignore_index=True) if queues else None
+    daily = daily_levels(in_use, freq_s=freq_s, queue=queue)
+    gpus, where = capacities_at(store, cluster, list(series.sizing), end, capacity_table)
+    plan = plan_procurement(daily, gpus, horizon_days=days, weeks=int(weeks),
+                            quantile=float(quantile), growth=float(growth),
+                            capacity_source=where)
+    if progress is not None:
+        progress("procure", 1, 1)
+    return plan.only(scope) if scope is not None else plan
 
 
 class SavedModels:

@@ -11,7 +11,12 @@ from fastapi.responses import HTMLResponse
 
 from prism.capacity import Watts, parse_reservation
 from prism.usecases import report as report_uc
-from prism.usecases.capacity import plan_cluster_capacity
+from prism.usecases.capacity import (
+    choose_cluster_quantiles,
+    plan_cluster_capacity,
+    plan_cluster_procurement,
+    procurement_days,
+)
 from prism.usecases.forecast import HubModels
 from service.deps import ServerDep, StoreDep
 from service.schemas import (
@@ -20,6 +25,9 @@ from service.schemas import (
     CapacityRowOut,
     ErrorOut,
     MoveOut,
+    ProcurementOut,
+    ProcurementRowOut,
+    QuantileChoiceOut,
     ReportQuery,
 )
 
@@ -37,19 +45,38 @@ def get_capacity(q: Annotated[CapacityQuery, Query()], server: ServerDep,
                  store: StoreDep) -> CapacityOut:
     """GPUs each scope needs over the horizon (GPUs in use at the quantile plus a queue
     allowance), against its capacity: expected shortfall and idle GPU-hours, queueing risk,
-    energy, the moves between VCs, and what to do and why."""
+    energy, the moves between VCs, and what to do and why. With ``max_unmet``, each scope's
+    quantile is chosen from the planning backtest; with ``procurement=30d``, the plan for
+    buying (each scope's daily peak projected from its trend) comes with it."""
+    if q.procurement is not None:
+        procurement_days(q.procurement, name="procurement")  # refused before any work
     watts = Watts(idle=q.watts_idle, busy=q.watts_busy)
+    source = HubModels(server, q.model, q.params)
+    choice = (choose_cluster_quantiles(store, q.cluster, source, max_unmet=q.max_unmet,
+                                       horizon=q.horizon, fallback=q.quantile)
+              if q.max_unmet is not None else None)
     plan = plan_cluster_capacity(
-        store, q.cluster, HubModels(server, q.model, q.params), scope=q.scope,
-        horizon=q.horizon, quantile=q.quantile,
+        store, q.cluster, source, scope=q.scope, horizon=q.horizon, quantile=q.quantile,
         reservations=[parse_reservation(r) for r in q.reservation], growth=q.growth,
-        watts=watts)
+        watts=watts, choice=choice)
     server.note_capacity(plan)  # for the capacity gauges of /v1/metrics/forecasts
+    procurement = None
+    if q.procurement is not None:
+        bought = plan_cluster_procurement(
+            store, q.cluster, scope=q.scope, horizon=q.procurement, weeks=q.trend_weeks,
+            quantile=q.quantile, growth=q.growth)
+        procurement = ProcurementOut(
+            cluster=bought.cluster, horizon_days=bought.horizon_days, weeks=bought.weeks,
+            rows=[ProcurementRowOut.model_validate(r) for r in bought.records(steps=q.steps)])
     return CapacityOut(cluster=q.cluster, horizon=q.horizon, quantile=q.quantile,
                        watts_idle=watts.idle, watts_busy=watts.busy,
                        rows=[CapacityRowOut.model_validate(r)
                              for r in plan.records(steps=q.steps)],
-                       moves=[MoveOut.model_validate(m) for m in plan.move_records()])
+                       moves=[MoveOut.model_validate(m) for m in plan.move_records()],
+                       max_unmet=q.max_unmet,
+                       quantile_choice=[QuantileChoiceOut.model_validate(c)
+                                        for c in (choice.records() if choice else [])],
+                       procurement=procurement)
 
 
 #: The report answers HTML, its errors JSON: say so, or the errors would be documented as

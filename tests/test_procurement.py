@@ -1,0 +1,176 @@
+"""Procurement plans (#16 item 5): each scope's daily level projected from the Theil-Sen trend
+of its daily peaks, the day capacity runs out and the GPUs to buy; the same numbers from
+``prism capacity --procurement 30d`` and ``GET /v1/capacity?procurement=30d``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pandas as pd
+import pytest
+
+from prism import usecases
+from prism.cli import main
+from prism.client import PrismClient
+from prism.config import Settings
+from prism.procurement import daily_levels, fit_trend, plan_procurement
+from prism.usecases.capacity import plan_cluster_procurement
+from service.app import create_app
+from tests.service.conftest import LiveServer
+
+START = pd.Timestamp("2026-11-01")
+DAYS = 42  # six weeks of hourly points
+LAST_DAY = START + pd.Timedelta(days=DAYS - 1)
+
+
+def _write_store(folder: Path) -> Path:
+    """Hourly series of cluster ``lab``: vc-up's daily peak rises 2 GPUs a day (110 + 2 d,
+    plus a constant queue of 4), vc-flat's stays at 60, ``all`` is their sum (170 + 2 d).
+    Capacities: vc-up 200, vc-flat 100, all 300."""
+    hours = np.arange(DAYS * 24)
+    day, hour = hours // 24, hours % 24
+    wave = np.sin(2 * np.pi * hour / 24)  # 1 at 06:00 each day
+    up = 100 + 2 * day + 10 * wave
+    flat = 50 + 10 * wave
+    series = {"lab/vc-up/gpus_in_use": up, "lab/vc-up/gpus_pending": np.full(len(hours), 4.0),
+              "lab/vc-flat/gpus_in_use": flat, "lab/all/gpus_in_use": up + flat}
+    samples = folder / "samples.csv"
+    pd.concat([pd.DataFrame({"series_id": sid,
+                             "ts": pd.date_range(START, periods=len(v), freq="1h"),
+                             "value": np.round(v, 6)}) for sid, v in series.items()]
+              ).to_csv(samples, index=False, date_format="%Y-%m-%dT%H:%M:%S")
+    table = folder / "capacity.csv"
+    table.write_text("cluster,scope,gpus\nlab,vc-up,200\nlab,vc-flat,100\nlab,all,300\n")
+    db = folder / "prism.duckdb"
+    assert main(["--db", str(db), "ingest", str(samples), "--format", "long-csv", "--freq", "1h",
+                 "-q"]) == 0
+    assert main(["--db", str(db), "ingest", str(table), "--format", "capacity-csv", "-q"]) == 0
+    return db
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _write_store(tmp_path_factory.mktemp("procurement"))
+
+
+def test_theil_sen_ignores_a_burst_day() -> None:
+    values = 100 + 2.0 * np.arange(28)
+    values[10] += 500  # one burst day: a least-squares line would tilt
+    trend = fit_trend(values)
+    assert trend.slope == pytest.approx(2.0)
+    assert trend.low <= 2.0 <= trend.high
+    assert float(trend.at(27)) == pytest.approx(154.0)
+
+
+def test_daily_levels_add_the_mean_queue_and_skip_partial_days() -> None:
+    ts = pd.date_range("2026-01-01", periods=24 * 2 + 5, freq="1h")  # 2 days and 5 hours
+    in_use = pd.DataFrame({"series_id": "c/v/gpus_in_use", "ts": ts,
+                           "value": np.arange(len(ts), dtype=float)})
+    queue = pd.DataFrame({"series_id": "c/v/gpus_in_use", "ts": ts,
+                          "value": np.where(ts.hour < 12, 2.0, 0.0)})
+    daily = daily_levels(in_use, freq_s=3600, queue=queue)
+    assert list(daily["day"]) == [pd.Timestamp("2026-01-01"), pd.Timestamp("2026-01-02")]
+    assert list(daily["peak"]) == [23.0, 47.0]
+    assert list(daily["level"]) == [24.0, 48.0]  # + the day's mean queue (1)
+
+
+def test_an_upward_trend_projects_the_date_and_the_gpus(db: Path) -> None:
+    with usecases.open_store(db) as store:
+        plan = plan_cluster_procurement(store, "lab", horizon="30d", weeks=4)
+    rows = {r.scope: r for r in plan.rows}
+    up, flat, cluster = rows["vc-up"], rows["vc-flat"], rows["all"]
+    assert up.days_fitted == 28 and up.last_day == LAST_DAY.to_pydatetime()
+    # vc-up's level: 110 + 2 d + 4 (queue); the last day d = 41 is at 196
+    assert up.slope_per_day == pytest.approx(2.0, abs=1e-6)
+    assert up.trend_now == pytest.approx(196.0, abs=1e-3)
+    assert up.margin == pytest.approx(0.0, abs=1e-6)
+    assert up.projected_peak == pytest.approx(196.0 + 2 * 30, abs=1e-3)  # day 71
+    assert up.needed_gpus == 56
+    assert up.exceeds_on == (LAST_DAY + pd.Timedelta(days=3)).to_pydatetime()  # 202 > 200
+    assert up.action == "needs" and "vc-up needs +56 GPUs by" in up.text
+    assert f"{LAST_DAY + pd.Timedelta(days=3):%Y-%m-%d}" in up.text
+    # the cluster: 170 + 2 d against 300: exceeded on day 66, +12 GPUs by the end
+    assert cluster.projected_peak == pytest.approx(312.0, abs=1e-3)
+    assert cluster.needed_gpus == 12 and cluster.action == "buy"
+    assert cluster.exceeds_on == (LAST_DAY + pd.Timedelta(days=25)).to_pydatetime()
+    # flat: no purchase, never exceeded at this trend
+    assert flat.slope_per_day == pytest.approx(0.0, abs=1e-9)
+    assert flat.projected_peak == pytest.approx(60.0, abs=1e-3)
+    assert (flat.needed_gpus, flat.exceeds_on, flat.action) == (0, None, "keep")
+    assert flat.text.startswith("no purchase")
+    days = plan.days[plan.days["scope"] == "vc-up"]
+    assert len(days) == 30 and days["projected"].iloc[0] == pytest.approx(198.0, abs=1e-3)
+    # growth multiplies the projection
+    with usecases.open_store(db) as store:
+        grown = plan_cluster_procurement(store, "lab", horizon="30d", growth=1.1, scope="vc-up")
+    assert grown.rows[0].projected_peak == pytest.approx(1.1 * 256.0, abs=1e-3)
+
+
+def test_a_flat_noisy_series_buys_nothing() -> None:
+    rng = np.random.default_rng(3)
+    days = pd.date_range("2026-01-01", periods=35, freq="D")
+    daily = pd.DataFrame({"series_id": "c/v/gpus_in_use", "day": days,
+                          "level": 50 + rng.normal(0, 3, len(days))})
+    plan = plan_procurement(daily, {"v": 80.0}, horizon_days=30, weeks=4)
+    [row] = plan.rows
+    assert row.slope_low is not None and row.slope_high is not None
+    assert row.slope_low <= 0.0 <= row.slope_high  # no clear trend
+    assert row.needed_gpus == 0 and row.action == "keep"
+    assert row.projected_peak is not None and row.projected_peak < 70
+
+
+def test_too_little_history_says_so() -> None:
+    days = pd.date_range("2026-01-01", periods=4, freq="D")
+    daily = pd.DataFrame({"series_id": "c/v/gpus_in_use", "day": days, "level": 1.0})
+    [row] = plan_procurement(daily, {"v": 8.0}, horizon_days=30).rows
+    assert row.action == "no trend" and "needs 7" in row.text and row.projected_peak is None
+
+
+def test_the_cli_and_the_api_give_the_same_procurement(
+        db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    models = tmp_path / "models"
+    capsys.readouterr()
+    argv = ["--db", str(db), "capacity", "--cluster", "lab", "--model", "naive",
+            "--models-dir", str(models), "--procurement", "30d"]
+    assert main([*argv, "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["rows"]  # the day-ahead plan beside it
+    config = Settings(db=str(db), models_dir=models, default_model="naive",
+                      fit_budget_s=10.0, api_token=None, refit_every=None, cors_origins=[])
+    with LiveServer(create_app(config)) as live:  # over HTTP
+        api = httpx.get(f"{live.url}/v1/capacity", timeout=60,
+                        params={"cluster": "lab", "procurement": "30d", "steps": "true"})
+        assert api.status_code == 200, api.text
+        bad = httpx.get(f"{live.url}/v1/capacity", timeout=60,
+                        params={"cluster": "lab", "procurement": "6h"})
+        assert bad.status_code == 422
+        assert "procurement '6h' is shorter than a day" in bad.json()["detail"]
+        plain = httpx.get(f"{live.url}/v1/capacity", params={"cluster": "lab"}, timeout=60)
+        assert plain.status_code == 200 and plain.json()["procurement"] is None
+        with PrismClient(live.url, token="") as prism:
+            by_client = prism.procurement("lab", horizon="30d", scope="vc-up")
+    body = api.json()["procurement"]
+    assert [r["needed_gpus"] for r in by_client] == [56]
+    assert by_client[0]["text"] == next(r["text"] for r in body["rows"]
+                                        if r["scope"] == "vc-up")
+    cli_rows = {r["scope"]: r for r in printed["procurement"]["rows"]}
+    api_rows = {r["scope"]: r for r in body["rows"]}
+    assert set(cli_rows) == set(api_rows) == {"all", "vc-up", "vc-flat"}
+    for scope, row in api_rows.items():
+        for field in ("projected_peak", "slope_per_day", "trend_now", "capacity"):
+            assert cli_rows[scope][field] == pytest.approx(row[field], abs=1e-6), field
+        assert cli_rows[scope]["needed_gpus"] == row["needed_gpus"]
+        assert cli_rows[scope]["exceeds_on"] == row["exceeds_on"]
+        assert cli_rows[scope]["text"] == row["text"]
+    assert api_rows["vc-up"]["needed_gpus"] == 56 and len(api_rows["vc-up"]["days"]) == 30
+    assert api_rows["vc-up"]["exceeds_on"].startswith(
+        f"{LAST_DAY + pd.Timedelta(days=3):%Y-%m-%d}")
+    # the table, and a bad horizon naming the flag
+    assert main(argv) == 0
+    shown = capsys.readouterr().out
+    assert "lab procurement" in shown and "vc-up needs +56 GPUs" in shown
+    assert main([*argv[:-1], "6h"]) == 1
+    assert "--procurement '6h' is shorter than a day" in capsys.readouterr().err
