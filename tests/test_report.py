@@ -1,21 +1,34 @@
-"""`prism capacity` and `prism report` as a user runs them, on a small store of two VCs."""
+"""`prism capacity` and `prism report` as a user runs them, on a small store of two VCs, and
+the report a capacity planner reads (issue #16 item 6) on a store whose scopes overlap (two VCs,
+``all`` and ``gpu:V100``), against a real server's ``GET /v1/capacity``."""
 
 from __future__ import annotations
 
 import json
 import re
+import time
+from dataclasses import dataclass
 from datetime import datetime
 from html import unescape
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pandas as pd
 import pytest
 
+from prism import usecases
 from prism.capacity import DISTRIBUTION_LEVELS, plan_capacity
 from prism.cli import main
+from prism.config import Settings
+from prism.evaluation.planning import ORACLE, STATIC, YESTERDAY, planning_backtest
 from prism.reports.capacity import ClusterSection, ReportData, render_html
+from prism.reports.tables import TOTAL_FIELDS
+from prism.usecases.capacity import SavedModels
+from prism.usecases.report import capacity_report
+from service.app import create_app
 from tests import chromium
+from tests.service.conftest import LiveServer
 
 START = pd.Timestamp("2026-01-05")
 DAYS = 9
@@ -150,7 +163,9 @@ def test_report_cli_shows_plans_backtests_and_stays_self_contained(
     for link in re.findall(r"(?:src|href)='([^']*)'", html):
         assert link.startswith(("data:", "#")), link
     assert "http://" not in html and "https://" not in html
-    assert len(re.findall(r"<img [^>]*src='data:image/png;base64,", html)) >= 2
+    # inline SVG charts: GPUs in use against capacity for each scope, units on the axes
+    assert html.count('class="chart usage"') == 2
+    assert html.count(">time (UTC)</text>") >= 2 and ">GPUs in use (GPUs)</text>" in html
     # the capacity table shows what `prism capacity` computes
     plan = {r["scope"]: r for r in _capacity_json(lab, capsys)["rows"]}
     for scope, row in plan.items():
@@ -252,3 +267,200 @@ def test_report_warns_when_coverage_is_below_nominal() -> None:
     assert "central 80 % interval" not in html  # 83 % covered: at least nominal
     fine = accuracy.assign(coverage_90=[0.91, 0.6])
     assert "overconfident" not in _report(None, fine)
+
+
+def test_report_progress_names_each_stage_once(lab: Path) -> None:
+    calls: list[tuple[str, int, int]] = []
+    with usecases.open_store(lab) as store:
+        report = capacity_report(store, SavedModels("naive", models_dir=lab.parent / "models"),
+                                 horizon="6h", progress=lambda *a: calls.append(a))
+    assert report.clusters == ("lab",)
+    assert calls == [("lab: plan", 1, 4), ("lab: history and breakdown", 2, 4),
+                     ("lab: planning backtest", 3, 4), ("render", 4, 4)]
+
+
+# -- the report a capacity planner reads -------------------------------------------------------
+VCS = {"vc1": 40.0, "vc2": 25.0}
+QUERY = {"cluster": "lab", "horizon": "6h", "quantile": "0.95"}
+
+
+@dataclass(frozen=True)
+class Planner:
+    """A store of two VCs, ``all`` and ``gpu:V100`` (the same GPUs three ways), the API's plan
+    of it and the report ``prism report`` wrote with the server's saved model."""
+
+    db: Path
+    api: dict
+    html: str
+    path: Path
+
+
+@pytest.fixture(scope="module")
+def planner(tmp_path_factory: pytest.TempPathFactory) -> Planner:
+    folder = tmp_path_factory.mktemp("planner")
+    rng = np.random.default_rng(11)
+    n = 144 * DAYS
+    day = np.sin(2 * np.pi * np.arange(n) / 144)
+    vc1 = np.clip(20 + 6 * day + rng.normal(0, 1.5, n), 0, 40)
+    vc2 = np.clip(8 + 3 * day + rng.normal(0, 1.0, n), 0, 25)
+    pending = np.clip(3 + 3 * day + rng.normal(0, 1.0, n), 0, None)
+    series = {"lab/vc1/gpus_in_use": vc1, "lab/vc1/gpus_pending": pending,
+              "lab/vc2/gpus_in_use": vc2, "lab/all/gpus_in_use": vc1 + vc2,
+              "lab/all/gpus_pending": pending, "lab/gpu:V100/gpus_in_use": vc1 + vc2}
+    samples = folder / "samples.csv"
+    pd.concat([pd.DataFrame({"series_id": sid, "ts": pd.date_range(START, periods=n,
+                                                                   freq="10min"),
+                             "value": np.round(v, 3)}) for sid, v in series.items()]
+              ).to_csv(samples, index=False, date_format="%Y-%m-%dT%H:%M:%S")
+    capacity = folder / "capacity.csv"
+    capacity.write_text("cluster,scope,gpus\nlab,vc1,40\nlab,vc2,25\nlab,all,65\n")
+    db = folder / "prism.duckdb"
+    for path, kind in ((samples, "long-csv"), (capacity, "capacity-csv")):
+        assert main(["--db", str(db), "ingest", str(path), "--format", kind, "-q"]) == 0
+    models = folder / "models"
+    config = Settings(db=str(db), models_dir=models, default_model="naive",
+                      fit_budget_s=10.0, api_token=None, refit_every=None, cors_origins=[])
+    with LiveServer(create_app(config)) as live:
+        for _ in range(60):  # a 503 while the server fits the model: retry as a client does
+            response = httpx.get(f"{live.url}/v1/capacity", params=QUERY, timeout=120)
+            if response.status_code != 503:
+                break
+            time.sleep(float(response.headers.get("Retry-After", "1")))
+        assert response.status_code == 200, response.text[:500]
+    output = folder / "report.html"
+    assert main(["--db", str(db), "report", "--cluster", "lab", "--models-dir", str(models),
+                 "--model", "naive", "--horizon", "6h", "--quantile", "0.95",
+                 "--output", str(output)]) == 0
+    return Planner(db, response.json(), output.read_text(encoding="utf-8"), output)
+
+
+def _cells(row_html: str) -> dict[str, str]:
+    """``data-field`` -> ``data-value`` (else the text) of one table row."""
+    out = {}
+    for name, attrs, text in re.findall(r"<td[^>]*data-field='(\w+)'([^>]*)>(.*?)</td>",
+                                        row_html):
+        value = re.search(r"data-value='([^']+)'", attrs)
+        out[name] = value.group(1) if value else unescape(text)
+    return out
+
+
+def test_one_planning_table_totals_one_partition(planner: Planner) -> None:
+    html = planner.html
+    # one planning table for the cluster, none per scope
+    assert html.count("<table class='planning'") == 1 and "planning-scope" not in html
+    table = re.search(r"<table class='planning' data-partition='vcs' data-scopes='vc1 vc2'>"
+                      r"<caption>(.*?)</caption>.*?<tbody>(.*?)</tbody>", html)
+    assert table is not None
+    assert "adds up the 2 VC(s) (vc1, vc2)" in table.group(1)
+    assert "all, gpu:V100 count the same GPUs again and are not added" in table.group(1)
+    rows = [_cells(r) for r in re.findall(r"<tr>(.*?)</tr>", table.group(2))]
+    assert rows and all(float(r["series"]) == 2 for r in rows)
+    shown = {(r["plan"], r["block"]): float(r["idle_gpu_hours"]) for r in rows}
+    # the references replayed on the VCs alone add up to the table; on every scope they would
+    # count the cluster's GPUs three times
+    with usecases.open_store(planner.db) as store:
+        every = store.load_panel([f"lab/{s}/gpus_in_use" for s in ("vc1", "vc2", "all",
+                                                                    "gpu:V100")])
+    caps = {f"lab/{s}/gpus_in_use": c for s, c in {**VCS, "all": 65.0, "gpu:V100": 65.0}.items()}
+    replay = planning_backtest(None, every, days=7, horizon="1d", quantiles=(0.9, 0.95, 0.99),
+                               blocks=("1d", "1h"), capacity=caps).by_series
+    vcs = replay[replay["series_id"].isin(["lab/vc1/gpus_in_use", "lab/vc2/gpus_in_use"])]
+    for plan in (STATIC, YESTERDAY, ORACLE):
+        for block in ("1d", "1h"):
+            mine = vcs[(vcs["plan"] == plan) & (vcs["block"] == block)]
+            assert len(mine) == 2
+            assert shown[plan, block] == pytest.approx(mine["idle_gpu_hours"].sum(), rel=1e-9)
+            everything = replay[(replay["plan"] == plan) & (replay["block"] == block)]
+            assert everything["idle_gpu_hours"].sum() > 2 * shown[plan, block]
+
+
+def _api_totals(api: dict) -> dict[str, float]:
+    rows = [r for r in api["rows"] if r["scope"] in VCS]
+    assert len(rows) == 2
+    return {f: float(sum(r[f] for r in rows)) for f in TOTAL_FIELDS}
+
+
+def test_the_capacity_total_is_the_vcs_and_the_apis(planner: Planner) -> None:
+    total = re.search(r"<tfoot><tr class='total' data-total='vcs' data-scopes='vc1 vc2'>(.*?)"
+                      r"</tr></tfoot>", planner.html)
+    assert total is not None and planner.html.count("class='total'") == 1
+    cells = _cells(total.group(1))
+    assert cells["scope"] == "total of the VCs"
+    expected = _api_totals(planner.api)
+    for field in TOTAL_FIELDS:
+        assert float(cells[field]) == pytest.approx(expected[field], abs=1e-3), field
+    assert float(cells["capacity"]) == 65.0  # not 65 + 65 + 65 + 40 + 25
+
+
+@pytest.mark.slow
+def test_the_report_in_chromium_draws_the_sized_level_and_now(planner: Planner) -> None:
+    chromium.require()
+    rows = {r["scope"]: r for r in planner.api["rows"]}
+    assert set(rows) == {"all", "gpu:V100", "vc1", "vc2"}
+    assert any(r["net_gpus"] for r in rows.values())  # the advised line below is drawn
+    with chromium.Chromium() as b:
+        b.open(planner.path.as_uri())
+        charts = b.evaluate("""Array.from(document.querySelectorAll('svg.chart')).map(svg => {
+            const box = g => { if (!g) return null; const r = g.querySelector('path')
+                .getBoundingClientRect(); return {left: r.left, right: r.right, top: r.top,
+                width: r.width, height: r.height, data: Object.assign({}, g.dataset)}; };
+            return {id: svg.id, kind: svg.classList[1], sized: box(svg.querySelector(
+                'g.sized-level')), now: box(svg.querySelector('g.now-marker')),
+                capacity: box(svg.querySelector('g.capacity-line')),
+                advised: box(svg.querySelector('g.advised-level')),
+                history: box(svg.querySelector('g.history-line')),
+                allowance: box(svg.querySelector('g.queue-allowance')),
+                texts: Array.from(svg.querySelectorAll('text')).map(t => t.textContent)}; })""")
+        total = b.evaluate("""Object.fromEntries(Array.from(document.querySelectorAll(
+            'table.capacity tr.total td[data-value]')).map(td => [td.dataset.field,
+            Number(td.dataset.value)]))""")
+        fetched = b.evaluate("performance.getEntriesByType('resource').map(e => e.name)")
+        errors = b.console_errors()
+    assert errors == [] and fetched == []
+    usage = {c["id"]: c for c in charts if c["kind"] == "usage"}
+    assert set(usage) == {f"usage-lab-{s}" for s in ("all", "gpu-V100", "vc1", "vc2")}
+    for scope, row in rows.items():
+        chart = usage[f"usage-lab-{scope.replace(':', '-')}"]
+        sized, now, cap, history = (chart[k] for k in ("sized", "now", "capacity", "history"))
+        # the sized level: a horizontal line over the window, at the API's GPUs needed
+        assert float(sized["data"]["gpus"]) == pytest.approx(row["gpus_needed"], abs=1e-3)
+        assert sized["width"] > 5 and sized["height"] < 1
+        assert f"sized p95: {float(sized['data']['gpus']):,.1f} GPUs" in " ".join(chart["texts"])
+        # "now": a vertical line at the forecast origin, where the sized line starts
+        assert now["height"] > 50 and now["width"] < 1
+        assert pd.Timestamp(now["data"]["ts"]) == pd.Timestamp(row["start"])
+        assert abs(sized["left"] - now["left"]) < 1
+        assert any(t.startswith("now 2026-01-14 00:00 UTC") for t in chart["texts"])
+        # above or below the capacity line as the numbers say (screen y grows downwards)
+        assert float(cap["data"]["gpus"]) == row["capacity"]
+        assert (sized["top"] < cap["top"]) == (row["gpus_needed"] > row["capacity"])
+        # the capacity after the advice, where it changes it; a VC has what it needs then
+        if row["net_gpus"]:
+            advised = float(chart["advised"]["data"]["gpus"])
+            assert advised == row["capacity"] + row["net_gpus"]
+            if scope in VCS:
+                assert chart["advised"]["top"] <= sized["top"] + 0.5
+        else:
+            assert chart["advised"] is None
+        # at least 7 days of history before now: 28 times the 6 h window's width
+        assert (now["left"] - history["left"]) >= 27.9 * sized["width"]
+        assert pd.Timestamp(history["data"]["start"]) <= pd.Timestamp(row["start"]) - \
+            pd.Timedelta(days=7)
+        assert {"time (UTC)", "GPUs in use (GPUs)"} <= set(chart["texts"])
+    # the queue in its own chart, for the scopes with a queue series
+    queue = {c["id"]: c for c in charts if c["kind"] == "queue"}
+    assert set(queue) == {"queue-lab-all", "queue-lab-vc1"}
+    for scope in ("all", "vc1"):
+        chart = queue[f"queue-lab-{scope}"]
+        assert float(chart["allowance"]["data"]["gpus"]) == pytest.approx(
+            rows[scope]["queue_allowance"], abs=1e-3)
+        assert chart["now"]["height"] > 20 and chart["sized"] is None
+        assert {"time (UTC)", "queued (GPUs)"} <= set(chart["texts"])
+    # the primitive breakdown in GPUs, with labelled axes
+    parts = [c for c in charts if c["kind"] == "components"]
+    assert parts and all({"GPUs", "GPUs added", "time (UTC)"} <= set(c["texts"]) for c in parts)
+    # the totals equal the API's, over the VCs only
+    expected = _api_totals(planner.api)
+    assert set(total) == set(TOTAL_FIELDS)
+    for field in TOTAL_FIELDS:
+        assert total[field] == pytest.approx(expected[field], abs=1e-3), field

@@ -1,20 +1,21 @@
-"""The capacity report: one self-contained HTML page (PNG plots embedded), optionally a PDF.
+"""The capacity report: one self-contained HTML page (inline SVG charts), optionally a PDF.
 
-Per cluster: the capacity table and its recommendations, the planning backtest; per scope
-(VC, tenant, GPU type): the recent history with the forecast fan chart (p50, p90, p99, the
-planning quantile and the capacity), the primitive breakdown (periods, top atoms, recent
-bursts, variance shares) and the scope's planning backtest; and the accuracy table of the
-last ``prism backtest --summary``. Nothing is fetched when the page is viewed: the styles are
-inline, the plots are ``data:`` PNGs and there is no script.
+Per cluster: the capacity table with its recommendations and a total over one partition of
+the scopes (the VCs, else ``all``: each GPU counted once), and one planning-backtest table over
+the same partition; per scope (VC, tenant, GPU type): GPUs in use against capacity (at least 7
+days of history, the forecast fan, the sized level over the window, a "now" marker at the
+forecast origin), the queue in its own chart, and the primitive breakdown in GPUs; then the
+accuracy table of the last ``prism backtest --summary``. Times are UTC. Nothing is fetched when
+the page is viewed: the styles are inline, the charts inline SVG (:mod:`prism.reports.charts`)
+and there is no script.
 
 The page only renders what :class:`ReportData` holds; :mod:`prism.usecases.report` gathers it.
-Numbers in tables carry their exact value in ``data-value`` (the text shows it rounded).
+Numbers in tables carry their exact value in ``data-value`` (the text shows it rounded;
+:mod:`prism.reports.tables`).
 """
 
 from __future__ import annotations
 
-import base64
-import io
 import logging
 import math
 import shutil
@@ -27,49 +28,32 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-import matplotlib
+import numpy as np
+import pandas as pd
 
-matplotlib.use("Agg")  # files only, no display
-
-import matplotlib.dates as mdates  # noqa: E402
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from prism.capacity import CapacityPlan, CapacityRow  # noqa: E402
-from prism.errors import ConfigError  # noqa: E402
-from prism.evaluation.planning import YESTERDAY, versus_reference  # noqa: E402
-from prism.primitives.decompose import SeriesDecomposition  # noqa: E402
+from prism.capacity import CapacityPlan
+from prism.errors import ConfigError
+from prism.evaluation.planning import YESTERDAY, versus_reference
+from prism.primitives.decompose import SeriesDecomposition
+from prism.reports.charts import (
+    Sizing,
+    components_chart_svg,
+    queue_chart_svg,
+    usage_chart_svg,
+)
+from prism.reports.tables import (
+    anchor,
+    capacity_table_html,
+    human,
+    missing,
+    partition,
+    pct,
+    planning_table_html,
+    table_html,
+)
 
 logger = logging.getLogger(__name__)
 
-#: Capacity table columns: (field, heading, decimals or None for text).
-CAPACITY_COLUMNS: tuple[tuple[str, str, int | None], ...] = (
-    ("scope", "scope", None),
-    ("in_use_needed", "in use (peak)", 1),
-    ("queue_allowance", "queue allowance", 1),
-    ("gpus_needed", "GPUs needed (peak)", 1),
-    ("mean_peak", "mean peak", 1),
-    ("capacity", "capacity", 1),
-    ("net_gpus", "net change", 0),
-    ("shortfall_gpu_hours", "shortfall GPU-h", 1),
-    ("queue_risk", "queue risk", 3),
-    ("idle_gpu_hours", "idle GPU-h", 1),
-    ("idle_energy_kwh", "idle kWh", 1),
-    ("busy_energy_kwh", "busy kWh", 1),
-    ("recommendation", "recommendation", None),
-)
-_PLANNING_COLUMNS: tuple[tuple[str, str, int | None], ...] = (
-    ("metric", "metric", None),
-    ("plan", "plan", None),
-    ("block", "block", None),
-    ("series", "series", 0),
-    ("windows", "days", 0),
-    ("idle_gpu_hours", "idle GPU-h", 1),
-    ("saved_share", "saved vs static", -1),
-    ("unmet_gpu_hours", "unmet GPU-h", 1),
-    ("unmet_share", "unmet share", -2),
-)
 _ACCURACY_METRICS = ("mase", "mae", "rmse", "smape", "crps", "coverage_80", "coverage_90",
                      "under_p90", "under_p95", "under_p99", "over_p90", "over_p95")
 
@@ -79,10 +63,16 @@ class ScopeSection:
     """What the report shows of one scope.
 
     Attributes:
-        scope / series_id: the scope and its demand series.
-        history: ``ts, value`` of the recent past.
+        scope / series_id: the scope and the series it is sized on (GPUs in use, else demand).
+        history: ``ts, value`` of the recent past (at least 7 days where stored).
         decomposition: the series' decomposition, or ``None`` (with ``note``).
         note: why something is missing.
+        queue_history: ``ts, value`` of its queued GPUs over the same past, or ``None``: no
+            queue series.
+        queue_forecast: ``ts, mean`` of its queued GPUs forecast (what the queue allowance
+            averages).
+        queue_source: how the queue is measured (``gpus_pending``, or ``gpu_demand -
+            gpus_in_use``).
     """
 
     scope: str
@@ -90,6 +80,9 @@ class ScopeSection:
     history: pd.DataFrame
     decomposition: SeriesDecomposition | None = None
     note: str = ""
+    queue_history: pd.DataFrame | None = None
+    queue_forecast: pd.DataFrame | None = None
+    queue_source: str = ""
 
 
 @dataclass(frozen=True)
@@ -100,7 +93,8 @@ class ClusterSection:
         cluster: the cluster.
         plan: its capacity plan (rows, per-step needs, the forecast used).
         scopes: one section per scope of the plan.
-        planning: the planning backtest totals (``prism.evaluation.planning`` columns), or ``None``.
+        planning: the planning backtest totals over one partition of the scopes (the VCs,
+            else ``all``; ``prism.evaluation.planning`` columns), or ``None``.
         planning_by_series: the same per series.
         planning_note: how the planning backtest was run, or why there is none.
     """
@@ -145,14 +139,16 @@ h1{font-size:1.6em;margin-bottom:4px}h2{border-bottom:2px solid #2f6db5;padding-
 margin-top:40px}h3{margin-top:28px;color:#2f6db5}h4{margin:14px 0 4px}
 table{border-collapse:collapse;margin:8px 0 16px;font-size:0.86em}
 th,td{border:1px solid #cdd5df;padding:3px 8px;text-align:right;white-space:nowrap}
-th{background:#eef3f9}td.text,th.text{text-align:left}
+th{background:#eef3f9;white-space:normal;vertical-align:bottom}td.text,th.text{text-align:left}
 td[data-field=recommendation]{white-space:normal;min-width:220px}
 tr.add td,tr.borrow\\+add td{background:#fdecea}tr.borrow td{background:#fff6e0}
 tr.lend td,tr.release td,tr.lend\\+release td{background:#eaf6ec}
 .meta{color:#5b6778;font-size:0.9em}.note{color:#8a5a00;font-size:0.9em}
 .warning{background:#fdecea;border-left:4px solid #c0392b;padding:6px 10px;color:#7b1e14}
 .grid{display:flex;flex-wrap:wrap;gap:18px;align-items:flex-start}
-img{max-width:100%;height:auto;border:1px solid #e3e8ef}
+svg.chart{display:block;max-width:900px;border:1px solid #e3e8ef;margin:6px 0}
+caption{caption-side:top;text-align:left;color:#5b6778;padding:2px 0 4px}
+tfoot tr.total td{font-weight:600;border-top:2px solid #2f6db5;background:#f6f8fb}
 nav a{margin-right:12px}
 @media print{h2{page-break-before:always}section.scope{page-break-inside:avoid}}
 """
@@ -168,8 +164,9 @@ def render_html(data: ReportData) -> str:
         f"<title>{escape(data.title)}</title><style>{_CSS}</style></head><body>",
         f"<h1>{escape(data.title)}</h1>",
         f"<p class='meta'>Generated {data.generated_at:%Y-%m-%d %H:%M} UTC. Next "
-        f"<b>{escape(data.horizon)}</b> planned at the <b>p{_pct(data.quantile)}</b> quantile "
-        f"of the <b>{escape(data.model)}</b> forecast.</p>",
+        f"<b>{escape(data.horizon)}</b> planned at the <b>p{pct(data.quantile)}</b> quantile "
+        f"of the <b>{escape(data.model)}</b> forecast. <span class='timezone'>All times are "
+        "UTC</span>; GPU counts are GPUs, energy kWh.</p>",
     ]
     for note in data.notes:
         parts.append(f"<p class='note'>{escape(note)}</p>")
@@ -177,7 +174,7 @@ def render_html(data: ReportData) -> str:
         parts.append(f"<p class='warning' data-kind='coverage'>{escape(warning)}</p>")
     if data.clusters:
         parts.append("<nav>" + "".join(
-            f"<a href='#cluster-{_anchor(c.cluster)}'>{escape(c.cluster)}</a>"
+            f"<a href='#cluster-{anchor(c.cluster)}'>{escape(c.cluster)}</a>"
             for c in data.clusters) + "<a href='#accuracy'>accuracy</a></nav>")
     else:
         parts.append("<p class='note'>No cluster has a demand series (gpu_demand or "
@@ -195,7 +192,7 @@ def _cluster_html(section: ClusterSection, data: ReportData) -> str:
     rows = plan.rows
     start = rows[0].start if rows else None
     end = rows[0].end if rows else None
-    out = [f"<section class='cluster' id='cluster-{_anchor(section.cluster)}'>",
+    out = [f"<section class='cluster' id='cluster-{anchor(section.cluster)}'>",
            f"<h2>Cluster {escape(section.cluster)}</h2>"]
     if start is not None and end is not None:
         out.append(f"<p class='meta'>Window {start:%Y-%m-%d %H:%M} to {end:%Y-%m-%d %H:%M} "
@@ -219,7 +216,8 @@ def _cluster_html(section: ClusterSection, data: ReportData) -> str:
                                      quantile=data.quantile):
         out.append(f"<p class='warning' data-kind='planning'>{escape(warning)}</p>")
     if section.planning is not None and not section.planning.empty:
-        out.append(_table_html(section.planning, _PLANNING_COLUMNS, css="planning"))
+        scopes = [r.scope for r in rows]
+        out.append(planning_table_html(section.planning, partition(scopes), scopes))
     for scope in section.scopes:
         out.append(_scope_html(scope, section, data))
     out.append("</section>")
@@ -263,14 +261,14 @@ def planning_warnings(planning: pd.DataFrame | None, *, model: str,
                      "that.")
         else:
             text += (f"while the best {name} quantile leaving no more unmet, "
-                     f"p{_pct(r['quantile'])}, saved only {_pct1(r['saved_share'])} "
+                     f"p{pct(r['quantile'])}, saved only {_pct1(r['saved_share'])} "
                      f"({_pct2(r['unmet_share'])} unmet).")
         mine = planning[(planning["model"] == name) & (planning["block"] == r["block"])
                         & np.isclose(planning["quantile"].astype(float), quantile)]
         if "metric" in planning.columns:
             mine = mine[mine["metric"] == r["metric"]]
         if not mine.empty:
-            text += (f" At the report's p{_pct(quantile)} it saved "
+            text += (f" At the report's p{pct(quantile)} it saved "
                      f"{_pct1(mine['saved_share'].iloc[0])} with "
                      f"{_pct2(mine['unmet_share'].iloc[0])} unmet.")
         out.append(text + " The simple rule would have cost fewer idle GPU-hours for no more "
@@ -298,11 +296,11 @@ def coverage_warnings(accuracy: pd.DataFrame | None, *, model: str) -> list[str]
         except ValueError:
             continue  # coverage_lo / coverage_hi: bounds of an interval, not a level
         value = row[col]
-        if _missing(value) or float(value) >= nominal:
+        if missing(value) or float(value) >= nominal:
             continue
         out.append(f"{name}'s forecasts are overconfident: in the last accuracy backtest its "
-                   f"central {_pct(nominal)} % interval held only {_pct1(value)} of the actual "
-                   f"values (nominal {_pct(nominal)} %), so plans at its upper quantiles leave "
+                   f"central {pct(nominal)} % interval held only {_pct1(value)} of the actual "
+                   f"values (nominal {pct(nominal)} %), so plans at its upper quantiles leave "
                    "more demand unmet than their level promises.")
     return out
 
@@ -328,68 +326,60 @@ def _pct2(value: Any) -> str:
     return f"{float(value) * 100:.2f} %"
 
 
-def capacity_table_html(rows: Sequence[CapacityRow], *, cluster: str) -> str:
-    """The capacity table: one ``<tr data-scope=...>`` per scope, cells ``data-field``."""
-    head = "".join(f"<th class='{'text' if d is None else 'num'}'>{escape(h)}</th>"
-                   for _, h, d in CAPACITY_COLUMNS)
-    body = []
-    for r in rows:
-        cells = []
-        for name, _, decimals in CAPACITY_COLUMNS:
-            value = getattr(r, name)
-            if decimals is None:
-                cells.append(f"<td class='text' data-field='{name}'>{escape(str(value))}</td>")
-            else:
-                exact = "" if value is None else f" data-value='{float(value)!r}'"
-                cells.append(f"<td data-field='{name}'{exact}>{_fmt(value, decimals)}</td>")
-        body.append(f"<tr class='{escape(r.action)}' data-cluster='{escape(cluster)}' "
-                    f"data-scope='{escape(r.scope)}'>{''.join(cells)}</tr>")
-    return (f"<table class='capacity' data-cluster='{escape(cluster)}'><thead><tr>{head}</tr>"
-            f"</thead><tbody>{''.join(body)}</tbody></table>")
-
-
 def _scope_html(scope: ScopeSection, section: ClusterSection, data: ReportData) -> str:
     plan = section.plan
     row = next((r for r in plan.rows if r.scope == scope.scope), None)
     forecast = plan.forecast[plan.forecast["series_id"] == scope.series_id]
-    out = [f"<section class='scope' id='scope-{_anchor(section.cluster)}-{_anchor(scope.scope)}'>",
+    key = f"{anchor(section.cluster)}-{anchor(scope.scope)}"
+    out = [f"<section class='scope' id='scope-{key}'>",
            f"<h3>{escape(section.cluster)} / {escape(scope.scope)}</h3>",
-           f"<p class='meta'>{escape(scope.series_id)}</p>"]
+           f"<p class='meta'>{escape(scope.series_id)}; {_span_words(scope.history)}</p>"]
     if row is not None:
-        png = fan_chart_png(scope.history, forecast, capacity=row.capacity,
-                            quantile=plan.quantile, title=scope.series_id)
-        out.append(f"<img class='fan' alt='history and forecast fan chart of "
-                   f"{escape(scope.series_id)}' width='900' height='300' src='{_data_uri(png)}'>")
+        sizing = Sizing(quantile=row.quantile, gpus_needed=row.gpus_needed,
+                        in_use_needed=row.in_use_needed, queue_allowance=row.queue_allowance,
+                        capacity=row.capacity, start=pd.Timestamp(row.start),
+                        end=pd.Timestamp(row.end), net_gpus=row.net_gpus)
+        what = "GPUs in use" if scope.series_id.endswith("/gpus_in_use") else "GPU demand"
+        out.append(f"<h4>{what} against capacity</h4>")
+        out.append(usage_chart_svg(scope.history, forecast, sizing, chart_id=f"usage-{key}",
+                                   title=scope.series_id, what=what))
+        if scope.queue_history is not None:
+            out.append("<h4>Queue</h4>")
+            out.append(queue_chart_svg(
+                scope.queue_history, scope.queue_forecast if scope.queue_forecast is not None
+                else pd.DataFrame(columns=["ts", "mean"]), allowance=row.queue_allowance,
+                now=sizing.start, end=sizing.end, chart_id=f"queue-{key}",
+                title=f"{section.cluster}/{scope.scope}", source=scope.queue_source))
+        else:
+            out.append("<p class='meta'>No queue series (gpus_pending, or gpu_demand beside "
+                       "gpus_in_use) for this scope: no queue allowance.</p>")
     if scope.note:
         out.append(f"<p class='note'>{escape(scope.note)}</p>")
     if scope.decomposition is not None:
-        out.append(_decomposition_html(scope.decomposition))
-    if section.planning_by_series is not None and not section.planning_by_series.empty:
-        mine = section.planning_by_series[
-            section.planning_by_series["series_id"].isin(
-                [scope.series_id, *_siblings(scope.series_id, section.planning_by_series)])]
-        if not mine.empty:
-            out.append("<h4>Planning backtest of this scope</h4>")
-            out.append(_table_html(mine, (("series_id", "series", None),
-                                          *_PLANNING_COLUMNS[1:3], *_PLANNING_COLUMNS[4:]),
-                                   css="planning-scope"))
+        since = scope.history["ts"].min() if not scope.history.empty else None
+        out.append(_decomposition_html(scope.decomposition, since=since,
+                                       chart_id=f"parts-{key}"))
     out.append("</section>")
     return "\n".join(out)
 
 
-def _siblings(series_id: str, frame: pd.DataFrame) -> list[str]:
-    """Other metrics of the same scope in the planning table (e.g. gpus_in_use)."""
-    prefix = series_id.rsplit("/", 1)[0] + "/"
-    return [s for s in frame["series_id"].unique() if str(s).startswith(prefix)]
+def _span_words(history: pd.DataFrame) -> str:
+    """How much history the charts show, in days (saying when it is under 7)."""
+    if history.empty:
+        return "no stored history before the forecast"
+    days = (history["ts"].max() - history["ts"].min()).total_seconds() / 86_400
+    text = f"{days:.1f} days of history before now (UTC)"
+    return text + ("" if days >= 6.99 else ": all the store holds")
 
 
-def _decomposition_html(d: SeriesDecomposition) -> str:
+def _decomposition_html(d: SeriesDecomposition, *, since: pd.Timestamp | None,
+                        chart_id: str) -> str:
     summary = d.summary(top=5)
-    out = ["<h4>Primitive breakdown</h4><div class='grid'><div>"]
+    out = ["<h4>Primitive breakdown</h4><div class='grid'>"]
     periods = summary["periods"]
     out.append("<table class='periods'><thead><tr><th class='text'>period</th>"
                "<th>strength</th></tr></thead><tbody>" + "".join(
-                   f"<tr><td class='text'>{_human(p['seconds'])}</td>"
+                   f"<tr><td class='text'>{human(p['seconds'])}</td>"
                    f"<td>{p['strength']:.0%}</td></tr>" for p in periods)
                + ("" if periods else "<tr><td class='text' colspan='2'>none found</td></tr>")
                + "</tbody></table>")
@@ -411,17 +401,14 @@ def _decomposition_html(d: SeriesDecomposition) -> str:
     bursts = summary["bursts"][-5:]
     out.append(f"<table class='bursts'><thead><tr><th class='text'>recent bursts "
                f"({len(summary['bursts'])} in all)</th><th class='text'>end</th>"
-               "<th>height</th></tr></thead><tbody>" + "".join(
+               "<th>height (GPUs)</th></tr></thead><tbody>" + "".join(
                    f"<tr><td class='text'>{escape(b['start'][:16])}</td>"
                    f"<td class='text'>{escape(b['end'][:16])}</td>"
                    f"<td>{b['height']:,.1f}</td></tr>" for b in reversed(bursts))
                + ("" if bursts else "<tr><td class='text' colspan='3'>none</td></tr>")
-               + "</tbody></table></div>")
-    if d.top_atoms:
-        png = atoms_png(d)
-        out.append(f"<div><img class='atoms' alt='top primitives of {escape(d.series_id)}' "
-                   f"width='420' height='210' src='{_data_uri(png)}'></div>")
+               + "</tbody></table>")
     out.append("</div>")
+    out.append(components_chart_svg(d, since=since, chart_id=chart_id))
     return "".join(out)
 
 
@@ -439,7 +426,7 @@ def _accuracy_html(data: ReportData) -> str:
         if extra in data.accuracy.columns:
             cols.append((extra, extra, 0))
     cols += [(m, m, 3) for m in _ACCURACY_METRICS if m in data.accuracy.columns]
-    out.append(_table_html(data.accuracy, tuple(cols), css="accuracy"))
+    out.append(table_html(data.accuracy, tuple(cols), css="accuracy"))
     out.append("</section>")
     return "".join(out)
 
@@ -448,10 +435,19 @@ def _definitions_html(data: ReportData) -> str:
     return (
         "<section id='definitions'><h2>How to read this</h2><ul>"
         "<li><b>GPUs needed</b>: the peak over the window of the forecast of GPUs in use at "
-        f"the planning quantile (p{_pct(data.quantile)}), growth and reservations included, "
+        f"the planning quantile (p{pct(data.quantile)}), growth and reservations included, "
         "plus the <b>queue allowance</b>: the mean queued GPUs forecast over the window (not "
         "an upper quantile: queued jobs start as GPUs free up), at most the queue's peak over "
         "the last 7 days.</li>"
+        "<li><b>Charts</b> (times in UTC, values in GPUs): GPUs in use over at least the last "
+        "7 days with the forecast fan, the capacity (dotted red), the <b>sized level</b> "
+        "(solid green over the window: GPUs in use at the planning quantile plus the queue "
+        "allowance), the capacity after the advice (dashed green, where it changes it) and a "
+        "<b>now</b> marker at the forecast origin; the queue has its own "
+        "chart; the primitive breakdown shows what each component adds, in GPUs.</li>"
+        "<li><b>Totals</b> add up one partition of the scopes: the VCs (else <code>all</code>"
+        "), never <code>all</code>, the GPU types and the VCs together, which would count "
+        "each GPU several times.</li>"
         "<li><b>Shortfall GPU-h</b>: expected GPU-hours of demand above capacity (jobs that "
         "queue); <b>queue risk</b>: the largest per-step probability that demand exceeds "
         "capacity. <b>Idle GPU-h</b>: expected GPU-hours of capacity left unused; "
@@ -466,87 +462,6 @@ def _definitions_html(data: ReportData) -> str:
         "spare GPUs nobody borrows, unused over the last 7 days too, are released. Add and "
         "release are the cluster's net (its row); the VCs' <b>net change</b> adds up to it."
         "</li></ul></section>")
-
-
-def _table_html(frame: pd.DataFrame, columns: Sequence[tuple[str, str, int | None]],
-                *, css: str) -> str:
-    cols = [c for c in columns if c[0] in frame.columns]
-    head = "".join(f"<th class='{'text' if d is None else 'num'}'>{escape(h)}</th>"
-                   for _, h, d in cols)
-    body = []
-    for record in frame.to_dict("records"):
-        cells = []
-        for name, _, decimals in cols:
-            value = record[name]
-            if decimals is None:
-                text = "" if _missing(value) else str(value)
-                cells.append(f"<td class='text' data-field='{name}'>{escape(text)}</td>")
-            else:
-                exact = "" if _missing(value) else f" data-value='{float(value)!r}'"
-                shown = (_fmt(value, -decimals, percent=True) if decimals < 0
-                         else _fmt(value, decimals))
-                cells.append(f"<td data-field='{name}'{exact}>{shown}</td>")
-        body.append(f"<tr>{''.join(cells)}</tr>")
-    return (f"<table class='{css}'><thead><tr>{head}</tr></thead>"
-            f"<tbody>{''.join(body)}</tbody></table>")
-
-
-# -- plots -------------------------------------------------------------------------------------
-def fan_chart_png(history: pd.DataFrame, forecast: pd.DataFrame, *, capacity: float | None,
-                  quantile: float, title: str) -> bytes:
-    """History and the forecast fan (p50 line, p50-p90 and p90-p99 bands), the planning
-    quantile and the capacity, as PNG bytes."""
-    fig, ax = plt.subplots(figsize=(9, 3), dpi=100)
-    if not history.empty:
-        ax.plot(history["ts"], history["value"], color="#1c2430", lw=0.9, label="history")
-    if not forecast.empty:
-        ts = forecast["ts"]
-        cols = set(forecast.columns)
-        if {"p50", "p90"} <= cols:
-            ax.fill_between(ts, forecast["p50"], forecast["p90"], color="#2f6db5", alpha=0.35,
-                            lw=0, label="p50-p90")
-        if {"p90", "p99"} <= cols:
-            ax.fill_between(ts, forecast["p90"], forecast["p99"], color="#2f6db5", alpha=0.15,
-                            lw=0, label="p90-p99")
-        if "p50" in cols:
-            ax.plot(ts, forecast["p50"], color="#2f6db5", lw=1.2, label="p50")
-        qcol = f"p{_pct(quantile)}"
-        if qcol in cols and qcol not in ("p50", "p90", "p99"):
-            ax.plot(ts, forecast[qcol], color="#b5642f", lw=1, ls="--", label=qcol)
-    if capacity is not None:
-        ax.axhline(capacity, color="#c0392b", lw=1, ls=":", label="capacity")
-    ax.set_title(title, fontsize=9, loc="left")
-    ax.set_ylabel("GPUs", fontsize=8)
-    ax.tick_params(labelsize=7)
-    ax.xaxis.set_major_formatter(mdates.DateFormatter("%m-%d %H:%M"))
-    ax.legend(fontsize=7, loc="upper left", ncol=6, frameon=False)
-    ax.grid(alpha=0.25)
-    fig.tight_layout()
-    return _png(fig)
-
-
-def atoms_png(d: SeriesDecomposition) -> bytes:
-    """The series' top primitives (atom shapes with their shares) as PNG bytes."""
-    fig, ax = plt.subplots(figsize=(4.2, 2.1), dpi=100)
-    shares = dict(zip(d.usage["atom_id"], d.usage["share"], strict=True))
-    for atom_id, atom in d.top_atoms.items():
-        ax.plot(np.asarray(atom), lw=1, label=f"{atom_id} ({shares.get(atom_id, 0):.0%})")
-    ax.set_title("top primitives (atom shapes)", fontsize=8, loc="left")
-    ax.tick_params(labelsize=6)
-    ax.legend(fontsize=6, loc="upper right", frameon=False)
-    fig.tight_layout()
-    return _png(fig)
-
-
-def _png(fig: Any) -> bytes:
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png")
-    plt.close(fig)
-    return buffer.getvalue()
-
-
-def _data_uri(png: bytes) -> str:
-    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
 
 
 # -- PDF ---------------------------------------------------------------------------------------
@@ -589,31 +504,3 @@ def write_pdf(html: str, output: Path, *, timeout_s: float = 120.0) -> Path:
         raise ConfigError(f"Chromium could not print the report (exit {done.returncode}): "
                           + " | ".join(tail))
     return output
-
-
-# -- formatting --------------------------------------------------------------------------------
-def _missing(value: Any) -> bool:
-    return value is None or (isinstance(value, float) and math.isnan(value))
-
-
-def _fmt(value: Any, decimals: int, *, percent: bool = False) -> str:
-    if _missing(value):
-        return "&ndash;"
-    if percent:
-        return f"{float(value) * 100:,.{decimals}f} %"
-    return f"{float(value):,.{decimals}f}"
-
-
-def _pct(q: float) -> str:
-    return f"{round(q * 100, 6):g}"
-
-
-def _anchor(text: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_" else "-" for c in text)
-
-
-def _human(seconds: float) -> str:
-    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
-        if seconds >= size:
-            return f"{seconds / size:.3g} {unit}"
-    return f"{seconds:.3g} s"

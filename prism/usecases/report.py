@@ -15,8 +15,14 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from prism.errors import PrismError
+from prism.progress import Progress
 from prism.schema import SERIES_ID, split_series_id
-from prism.usecases.capacity import ALLOCATED, DEMAND_METRICS, plan_cluster_capacity
+from prism.usecases.capacity import (
+    ALLOCATED,
+    DEMAND_METRICS,
+    plan_cluster_capacity,
+    planned_series,
+)
 from prism.usecases.files import output_path
 from prism.usecases.series import dictionary_series
 
@@ -29,6 +35,11 @@ if TYPE_CHECKING:
 #: Models the report's planning backtest runs itself (cheap); others come from
 #: ``prism backtest --planning``.
 _REPORT_PLANNING_MODELS = ("naive", "seasonal_naive")
+#: The least history the charts show before the forecast origin.
+_HISTORY = pd.Timedelta(days=7)
+#: Stages of the report per cluster (the ``progress`` callback names them).
+_STAGES = ("plan", "history and breakdown", "planning backtest")
+
 
 
 @dataclass(frozen=True)
@@ -59,6 +70,8 @@ def capacity_report(
     watts: Watts | None = None,
     output: str | Path | None = None,
     pdf: bool = False,
+    max_unmet: float | None = None,
+    progress: Progress | None = None,
 ) -> CapacityReport:
     """The capacity report (one self-contained HTML page), written to ``output`` if named.
 
@@ -70,6 +83,13 @@ def capacity_report(
             :func:`prism.usecases.capacity.plan_cluster_capacity`.
         output: an ``.html`` file to write the page to (checked before any work is done).
         pdf: also print ``output`` with a ``.pdf`` suffix (needs Chromium).
+        max_unmet: choose each scope's quantile from the planning backtest, the cheapest
+            whose unmet share is within this (as :func:`plan_cluster_capacity`).
+        progress: called once after each stage as ``progress(stage, done, total)``: the stage
+            just finished (``"<cluster>: plan"``, ``"<cluster>: history and breakdown"``,
+            ``"<cluster>: planning backtest"`` per cluster, then ``"render"`` and, with
+            ``pdf``, ``"pdf"``), how many stages are done (1 to ``total``) and their total,
+            fixed once the clusters are known.
 
     Raises:
         ConfigError: for a bad output name or folder, or no Chromium with ``pdf``.
@@ -79,40 +99,88 @@ def capacity_report(
     from prism.reports.capacity import render_html, write_pdf
 
     path = output_path(output, (".html", ".htm"), ignore_case=True) if output else None
+    if clusters is None:
+        every = store.list_series()
+        clusters = sorted(every.loc[every["metric"].isin(DEMAND_METRICS), "cluster"].unique())
+    tick = _Ticker(progress, len(_STAGES) * len(clusters) + 1 + int(pdf and path is not None))
     data = _report_data(store, clusters, source, horizon=horizon, quantile=quantile,
-                        capacity_table=capacity_table, watts=watts)
+                        capacity_table=capacity_table, watts=watts, max_unmet=max_unmet,
+                        tick=tick)
     html = render_html(data)
+    tick("render")
     printed = None
     if path is not None:
         path.write_text(html, encoding="utf-8")
-        printed = write_pdf(html, path.with_suffix(".pdf")) if pdf else None
+        if pdf:
+            printed = write_pdf(html, path.with_suffix(".pdf"))
+            tick("pdf")
     return CapacityReport(html, tuple(c.cluster for c in data.clusters), path, printed)
+
+
+class _Ticker:
+    """Counts the finished stages for a ``progress`` callback (or nothing without one)."""
+
+    def __init__(self, progress: Progress | None, total: int) -> None:
+        self._progress = progress
+        self._total = total
+        self._done = 0
+
+    def __call__(self, stage: str) -> None:
+        self._done += 1
+        if self._progress is not None:
+            self._progress(stage, self._done, self._total)
+
+
+class _Recorded:
+    """A forecast source that keeps what it answered (the report charts the queue forecasts
+    the plan used, without forecasting again)."""
+
+    def __init__(self, source: ForecastSource) -> None:
+        self._source = source
+        self.frames: list[pd.DataFrame] = []
+
+    @property
+    def label(self) -> str:
+        return self._source.label
+
+    def forecast(self, store: Store, series_ids: list[str], horizon: str,
+                 levels: list[float]) -> tuple[pd.DataFrame, int]:
+        frame, freq_s = self._source.forecast(store, series_ids, horizon, levels)
+        self.frames.append(frame)
+        return frame, freq_s
 
 
 def _report_data(
     store: Store,
-    clusters: Sequence[str] | None,
+    clusters: Sequence[str],
     source: ForecastSource,
     *,
     horizon: str,
     quantile: float,
     capacity_table: pd.DataFrame | None = None,
     watts: Watts | None = None,
+    max_unmet: float | None = None,
+    tick: _Ticker | None = None,
 ) -> ReportData:
     """Gather the report: per cluster the plan, histories, decompositions, planning."""
     from datetime import UTC, datetime
 
     from prism.reports.capacity import ClusterSection, ReportData
 
-    if clusters is None:
-        every = store.list_series()
-        clusters = sorted(every.loc[every["metric"].isin(DEMAND_METRICS), "cluster"].unique())
+    tick = tick or _Ticker(None, 0)
     sections = []
     for cluster in clusters:
-        plan = plan_cluster_capacity(store, cluster, source, horizon=horizon, quantile=quantile,
-                                     capacity_table=capacity_table, watts=watts)
-        scopes = _scope_sections(store, plan)
+        recorded = _Recorded(source)
+        plan = plan_cluster_capacity(store, cluster, recorded, horizon=horizon,
+                                     quantile=quantile, capacity_table=capacity_table,
+                                     watts=watts, max_unmet=max_unmet)
+        tick(f"{cluster}: plan")
+        forecasts = (pd.concat(recorded.frames, ignore_index=True) if recorded.frames
+                     else plan.forecast)
+        scopes = _scope_sections(store, plan, forecasts)
+        tick(f"{cluster}: history and breakdown")
         planning, by_series, note = _report_planning(store, plan)
+        tick(f"{cluster}: planning backtest")
         sections.append(ClusterSection(cluster=cluster, plan=plan, scopes=scopes,
                                        planning=planning, planning_by_series=by_series,
                                        planning_note=note))
@@ -126,16 +194,20 @@ def _report_data(
                       clusters=sections, accuracy=accuracy, accuracy_note=accuracy_note)
 
 
-def _scope_sections(store: Store, plan: CapacityPlan) -> list[ScopeSection]:
-    """History and decomposition of each planned scope (one dictionary per metric)."""
+def _scope_sections(store: Store, plan: CapacityPlan,
+                    forecasts: pd.DataFrame) -> list[ScopeSection]:
+    """History (at least 7 days, or all there is), queue and decomposition of each scope."""
     from prism.errors import DataContractError
     from prism.primitives.decompose import decompose
     from prism.reports.capacity import ScopeSection
 
     start = pd.Timestamp(plan.forecast["ts"].min())
-    span = max(3 * (plan.forecast.groupby(SERIES_ID).size().max() * plan.freq_s), 86_400 * 3)
+    steps = int(plan.forecast.groupby(SERIES_ID).size().max())
+    span = max(pd.Timedelta(seconds=3 * steps * plan.freq_s), _HISTORY)
     ids = [r.series_id for r in plan.rows]
-    history = store.load_panel(ids, start=start - pd.Timedelta(seconds=span), end=start)
+    queue = planned_series(store, plan.cluster).queue
+    queue_ids = sorted({s for pair in queue.values() for s in pair if s} - set(ids))
+    history = store.load_panel(ids + queue_ids, start=start - span, end=start)
     decompositions: dict[str, Any] = {}
     notes: dict[str, str] = {}
     by_metric: dict[str, list[str]] = {}
@@ -152,22 +224,51 @@ def _scope_sections(store: Store, plan: CapacityPlan) -> list[ScopeSection]:
     out = []
     for row in plan.rows:
         mine = history[history[SERIES_ID] == row.series_id][["ts", "value"]]
+        queued, queued_fc, how = _queue_of(queue.get(row.scope), history, forecasts)
         out.append(ScopeSection(scope=row.scope, series_id=row.series_id,
                                 history=mine.reset_index(drop=True),
                                 decomposition=decompositions.get(row.series_id),
-                                note=notes.get(row.series_id, "")))
+                                note=notes.get(row.series_id, ""), queue_history=queued,
+                                queue_forecast=queued_fc, queue_source=how))
     return out
+
+
+def _queue_of(pair: tuple[str, str | None] | None, history: pd.DataFrame,
+              forecasts: pd.DataFrame) -> tuple[pd.DataFrame | None, pd.DataFrame | None, str]:
+    """A scope's queued GPUs: ``ts, value`` history, ``ts, mean`` forecast and what they
+    are (``gpus_pending``, or ``gpu_demand - gpus_in_use``), as the plan's queue allowance
+    reads them; ``None`` without a queue series."""
+    if pair is None:
+        return None, None, ""
+    first, minus = pair
+
+    def series(frame: pd.DataFrame, sid: str, column: str) -> pd.Series:
+        mine = frame[frame[SERIES_ID] == sid]
+        return pd.Series(mine[column].to_numpy(dtype=float), index=pd.DatetimeIndex(mine["ts"]))
+
+    seen = series(history, first, "value")
+    ahead = series(forecasts, first, "mean")
+    how = split_series_id(first)[2]
+    if minus is not None:
+        seen = (seen - series(history, minus, "value")).dropna()
+        ahead = (ahead - series(forecasts, minus, "mean")).dropna()
+        how = f"{how} - {split_series_id(minus)[2]}"
+    return (pd.DataFrame({"ts": seen.index, "value": seen.to_numpy()}),
+            pd.DataFrame({"ts": ahead.index, "mean": ahead.clip(lower=0).to_numpy()}), how)
 
 
 def _report_planning(store: Store, plan: CapacityPlan
                      ) -> tuple[pd.DataFrame | None, pd.DataFrame | None, str]:
-    """The planning backtest the report shows for a cluster: the references and the cheap
-    baselines run now on the planned series, plus the last saved ``prism backtest
-    --planning`` rows of the cluster's series."""
+    """The planning backtest the report shows for a cluster, over one partition of its scopes
+    (the VCs, else ``all``: each GPU counted once): the references and the cheap baselines
+    run now on the partition's planned series, plus the last saved ``prism backtest
+    --planning`` rows of those series."""
     from prism.evaluation.planning import aggregate_plans, planning_backtest
     from prism.forecasters import get_forecaster
+    from prism.reports.tables import partition
 
-    ids = [r.series_id for r in plan.rows]
+    part = partition(r.scope for r in plan.rows)
+    ids = [r.series_id for r in plan.rows if r.scope in part.scopes]
     panel = store.load_panel(ids)
     day = 86_400
     days_there = int(panel.groupby(SERIES_ID).size().min() * plan.freq_s // day)
@@ -183,9 +284,9 @@ def _report_planning(store: Store, plan: CapacityPlan
                                        quantiles=(0.9, 0.95, 0.99), blocks=blocks,
                                        capacity=capacity)
             parts.append(result.by_series)
-            notes.append(f"The last {days} day(s) replayed now on the planned series with "
-                         f"{', '.join(_REPORT_PLANNING_MODELS)} (day-ahead, one level per "
-                         "block; GPUs in use capped at capacity).")
+            notes.append(f"The last {days} day(s) replayed now on the planned series of "
+                         f"{part.describe()} with {', '.join(_REPORT_PLANNING_MODELS)} "
+                         "(day-ahead, one level per block; GPUs in use capped at capacity).")
         except PrismError as exc:
             notes.append(f"no planning backtest of the planned series: {exc}")
     else:
@@ -194,12 +295,14 @@ def _report_planning(store: Store, plan: CapacityPlan
     saved = store.latest_evaluation("planning")
     if saved is not None:
         run_id, created, params, table = saved
-        mine = table[table[SERIES_ID].map(
-            lambda s: str(s).split("/")[0] == plan.cluster)] if SERIES_ID in table else table
+        mine = (table[table[SERIES_ID].map(lambda s: _in_partition(str(s), plan.cluster,
+                                                                    part.scopes))]
+                if SERIES_ID in table.columns else table.iloc[:0])
         if not mine.empty:
             parts.append(mine)
             notes.append(f"Plus {run_id} (prism backtest --planning, saved "
-                         f"{created:%Y-%m-%d %H:%M} UTC: {_describe(params)}).")
+                         f"{created:%Y-%m-%d %H:%M} UTC: {_describe(params)}), its rows of "
+                         "the same scopes.")
     if not parts:
         return None, None, " ".join(notes)
     by_series = pd.concat(parts, ignore_index=True)
@@ -207,6 +310,12 @@ def _report_planning(store: Store, plan: CapacityPlan
     by_series = by_series.drop_duplicates([SERIES_ID, "plan", "block"], keep="last")
     table = aggregate_plans(by_series, keys=("metric", "plan", "model", "quantile", "block"))
     return table, by_series, " ".join(notes)
+
+
+def _in_partition(series_id: str, cluster: str, scopes: Sequence[str]) -> bool:
+    """Whether a series is of ``cluster`` and one of ``scopes``."""
+    parts = series_id.split("/")
+    return len(parts) == 3 and parts[0] == cluster and parts[1] in scopes
 
 
 def _describe(params: str) -> str:

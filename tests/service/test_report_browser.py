@@ -1,6 +1,6 @@
 """The capacity report in a real headless Chromium, served by the real server (uvicorn).
 
-It renders without console errors, fetches nothing, every image decodes, a screenshot is not
+It renders without console errors, fetches nothing, every chart is drawn, a screenshot is not
 blank, and each number of the capacity table equals the one ``GET /v1/capacity`` returns for
 the same data (to the digits shown).
 """
@@ -66,8 +66,10 @@ def test_report_renders_and_shows_the_api_numbers(live: LiveServer,
         b.open(url)
         title = b.evaluate("document.title")
         assert title == "PRISM capacity report", b.evaluate("document.body.innerText")[:500]
-        images = b.evaluate("Array.from(document.images).map(i => [i.complete, i.naturalWidth,"
-                            " i.naturalHeight, i.getAttribute('src').slice(0, 22)])")
+        charts = b.evaluate("Array.from(document.querySelectorAll('svg.chart.usage')).map("
+                            "s => [s.getBoundingClientRect().width, s.getBoundingClientRect()"
+                            ".height, !!s.querySelector('g.sized-level'), "
+                            "!!s.querySelector('g.now-marker')])")
         fetched = b.evaluate("performance.getEntriesByType('resource').map(e => e.name)")
         links = b.evaluate("Array.from(document.querySelectorAll('[src],[href]')).map("
                            "e => e.getAttribute('src') || e.getAttribute('href'))")
@@ -78,10 +80,9 @@ def test_report_renders_and_shows_the_api_numbers(live: LiveServer,
         shot = b.screenshot()
         errors = b.console_errors()
     assert errors == [], errors
-    # one fan chart per scope, plus the primitives of each decomposed scope; all decoded
-    assert len(images) >= len(rows)
-    assert all(done and w > 0 and h > 0 and src == "data:image/png;base64,"
-               for done, w, h, src in images), images
+    # one in-use chart per scope (inline SVG), each with its sized level and "now" marker
+    assert len(charts) == len(rows)
+    assert all(w > 0 and h > 0 and sized and now for w, h, sized, now in charts), charts
     assert fetched == []  # self-contained: the page loads nothing
     assert all(link.startswith(("data:", "#")) for link in links), links
     pixels = np.asarray(Image.open(io.BytesIO(shot)).convert("L"), dtype=float)

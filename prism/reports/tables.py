@@ -1,0 +1,221 @@
+"""The capacity report's tables, their totals and the number formats.
+
+A cluster's scopes overlap: ``all`` is the whole cluster, each ``gpu:<type>`` a slice of it by
+GPU type, each VC (or tenant) a slice by owner. Adding them together counts each GPU several
+times, so a total is taken over one :func:`partition` of the scopes only (the VCs, else
+``all``, else the GPU types), and the table says which.
+
+Numbers in tables carry their exact value in ``data-value`` (the text shows it rounded).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from html import escape
+from typing import Any
+
+import pandas as pd
+
+from prism.capacity import CapacityRow
+from prism.schema import ALL_SCOPE, GPU_TYPE_PREFIX
+
+#: Capacity table columns: (field, heading, decimals or None for text).
+CAPACITY_COLUMNS: tuple[tuple[str, str, int | None], ...] = (
+    ("scope", "scope", None),
+    ("in_use_needed", "in use (peak, GPUs)", 1),
+    ("queue_allowance", "queue allowance (GPUs)", 1),
+    ("gpus_needed", "GPUs needed (peak)", 1),
+    ("mean_peak", "mean peak (GPUs)", 1),
+    ("capacity", "capacity (GPUs)", 1),
+    ("net_gpus", "net change (GPUs)", 0),
+    ("shortfall_gpu_hours", "shortfall GPU-h", 1),
+    ("queue_risk", "queue risk", 3),
+    ("idle_gpu_hours", "idle GPU-h", 1),
+    ("idle_energy_kwh", "idle kWh", 1),
+    ("busy_energy_kwh", "busy kWh", 1),
+    ("recommendation", "recommendation", None),
+)
+#: Capacity fields a total adds up over a partition (the others are not sums: a risk, a peak
+#: of the mean, advice).
+TOTAL_FIELDS = ("in_use_needed", "queue_allowance", "gpus_needed", "capacity", "net_gpus",
+                "shortfall_gpu_hours", "idle_gpu_hours", "idle_energy_kwh", "busy_energy_kwh")
+PLANNING_COLUMNS: tuple[tuple[str, str, int | None], ...] = (
+    ("metric", "metric", None),
+    ("plan", "plan", None),
+    ("block", "block", None),
+    ("series", "series", 0),
+    ("windows", "days", 0),
+    ("idle_gpu_hours", "idle GPU-h", 1),
+    ("saved_share", "saved vs static", -1),
+    ("unmet_gpu_hours", "unmet GPU-h", 1),
+    ("unmet_share", "unmet share", -2),
+)
+
+
+@dataclass(frozen=True)
+class Partition:
+    """Scopes that split a cluster's GPUs with no overlap.
+
+    Attributes:
+        kind: ``vcs``, ``all`` or ``gpu_types``.
+        scopes: the scopes, sorted.
+    """
+
+    kind: str
+    scopes: tuple[str, ...]
+
+    def describe(self) -> str:
+        """The partition in words: ``the 2 VCs (vc1, vc2)``."""
+        names = ", ".join(self.scopes)
+        if self.kind == "all":
+            return "the whole cluster (scope all; it has no VCs)"
+        if self.kind == "gpu_types":
+            return f"the {len(self.scopes)} GPU type(s) ({names}; the cluster has no VCs)"
+        return f"the {len(self.scopes)} VC(s) ({names})"
+
+    def left_out(self, scopes: Iterable[str]) -> list[str]:
+        """The other scopes (they count the same GPUs again)."""
+        return sorted(set(scopes) - set(self.scopes))
+
+
+def partition(scopes: Iterable[str]) -> Partition:
+    """The partition a total is taken over: the VCs (every scope but ``all`` and the GPU
+    types), else ``all``, else the GPU types."""
+    every = sorted(set(scopes))
+    vcs = tuple(s for s in every if s != ALL_SCOPE and not s.startswith(GPU_TYPE_PREFIX))
+    if vcs:
+        return Partition("vcs", vcs)
+    if ALL_SCOPE in every:
+        return Partition("all", (ALL_SCOPE,))
+    return Partition("gpu_types", tuple(every))
+
+
+def capacity_totals(rows: Sequence[CapacityRow]) -> tuple[Partition, dict[str, float | None]]:
+    """The totals of :data:`TOTAL_FIELDS` over the partition of the rows' scopes (``None``
+    where a row of it does not know the field, e.g. an unknown capacity)."""
+    part = partition(r.scope for r in rows)
+    mine = [r for r in rows if r.scope in part.scopes]
+    totals: dict[str, float | None] = {}
+    for name in TOTAL_FIELDS:
+        values = [getattr(r, name) for r in mine]
+        totals[name] = None if any(v is None for v in values) else float(sum(values))
+    return part, totals
+
+
+def capacity_table_html(rows: Sequence[CapacityRow], *, cluster: str) -> str:
+    """The capacity table: one ``<tr data-scope=...>`` per scope, cells ``data-field``, and a
+    ``<tr class='total' data-total=KIND>`` footer over one partition of the scopes."""
+    head = "".join(f"<th class='{'text' if d is None else 'num'}'>{escape(h)}</th>"
+                   for _, h, d in CAPACITY_COLUMNS)
+    body = []
+    for r in rows:
+        cells = []
+        for name, _, decimals in CAPACITY_COLUMNS:
+            value = getattr(r, name)
+            if decimals is None:
+                cells.append(f"<td class='text' data-field='{name}'>{escape(str(value))}</td>")
+            else:
+                cells.append(_number_cell(name, value, decimals))
+        body.append(f"<tr class='{escape(r.action)}' data-cluster='{escape(cluster)}' "
+                    f"data-scope='{escape(r.scope)}'>{''.join(cells)}</tr>")
+    foot = caption = ""
+    if rows:
+        part, totals = capacity_totals(rows)
+        cells = []
+        for name, _, decimals in CAPACITY_COLUMNS:
+            if name == "scope":
+                cells.append(f"<td class='text' data-field='scope'>total of "
+                             f"{escape(_short(part))}</td>")
+            elif name in totals and decimals is not None:
+                cells.append(_number_cell(name, totals[name], decimals))
+            else:
+                cells.append(f"<td data-field='{name}'></td>")
+        foot = (f"<tfoot><tr class='total' data-total='{part.kind}' "
+                f"data-scopes='{escape(' '.join(part.scopes))}'>{''.join(cells)}</tr></tfoot>")
+        caption = f"<caption>{escape(_total_words(part, [r.scope for r in rows]))}</caption>"
+    return (f"<table class='capacity' data-cluster='{escape(cluster)}'>{caption}<thead><tr>"
+            f"{head}</tr></thead><tbody>{''.join(body)}</tbody>{foot}</table>")
+
+
+def planning_table_html(table: pd.DataFrame, part: Partition, scopes: Sequence[str]) -> str:
+    """The cluster's one planning table: totals per plan over ``part`` only."""
+    caption = _total_words(part, scopes).replace("The total row", "Every row")
+    return table_html(table, PLANNING_COLUMNS, css="planning",
+                      attrs={"data-partition": part.kind,
+                             "data-scopes": " ".join(part.scopes)}, caption=caption)
+
+
+def _short(part: Partition) -> str:
+    return {"vcs": "the VCs", "all": "all", "gpu_types": "the GPU types"}[part.kind]
+
+
+def _total_words(part: Partition, scopes: Sequence[str]) -> str:
+    text = f"The total row adds up {part.describe()}, so that each GPU counts once"
+    others = part.left_out(scopes)
+    if others:
+        text += (f"; {', '.join(others)} count the same GPUs again and are not added")
+    return text + "."
+
+
+def table_html(frame: pd.DataFrame, columns: Sequence[tuple[str, str, int | None]], *,
+               css: str, attrs: dict[str, str] | None = None, caption: str = "") -> str:
+    """A frame as a table (negative decimals: a share shown as a percentage)."""
+    cols = [c for c in columns if c[0] in frame.columns]
+    head = "".join(f"<th class='{'text' if d is None else 'num'}'>{escape(h)}</th>"
+                   for _, h, d in cols)
+    body = []
+    for record in frame.to_dict("records"):
+        cells = []
+        for name, _, decimals in cols:
+            value = record[name]
+            if decimals is None:
+                text = "" if missing(value) else str(value)
+                cells.append(f"<td class='text' data-field='{name}'>{escape(text)}</td>")
+            else:
+                cells.append(_number_cell(name, value, decimals))
+        body.append(f"<tr>{''.join(cells)}</tr>")
+    extra = "".join(f" {k}='{escape(v)}'" for k, v in (attrs or {}).items())
+    top = f"<caption>{escape(caption)}</caption>" if caption else ""
+    return (f"<table class='{css}'{extra}>{top}<thead><tr>{head}</tr></thead>"
+            f"<tbody>{''.join(body)}</tbody></table>")
+
+
+def _number_cell(name: str, value: Any, decimals: int) -> str:
+    exact = "" if missing(value) else f" data-value='{float(value)!r}'"
+    shown = fmt(value, -decimals, percent=True) if decimals < 0 else fmt(value, decimals)
+    return f"<td data-field='{name}'{exact}>{shown}</td>"
+
+
+# -- formatting --------------------------------------------------------------------------------
+def missing(value: Any) -> bool:
+    """Whether a cell is empty (``None`` or NaN)."""
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def fmt(value: Any, decimals: int, *, percent: bool = False) -> str:
+    """A number with thousands separators (a dash when missing)."""
+    if missing(value):
+        return "&ndash;"
+    if percent:
+        return f"{float(value) * 100:,.{decimals}f} %"
+    return f"{float(value):,.{decimals}f}"
+
+
+def pct(q: float) -> str:
+    """A quantile level as a percentage without trailing zeros (0.95 -> ``95``)."""
+    return f"{round(q * 100, 6):g}"
+
+
+def anchor(text: str) -> str:
+    """``text`` as an HTML id part."""
+    return "".join(c if c.isalnum() or c in "-_" else "-" for c in text)
+
+
+def human(seconds: float) -> str:
+    """A duration in its largest unit (``1 d``, ``12 h``)."""
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.3g} {unit}"
+    return f"{seconds:.3g} s"
