@@ -103,3 +103,19 @@ def traces() -> Path:
 def fixtures() -> Path:
     """The folder of small hand-written fixture files."""
     return FIXTURES
+
+
+@pytest.fixture(scope="session")
+def ray_runtime() -> Iterator[object]:
+    """One local Ray runtime (2 CPUs) for the session's Ray tests: starting Ray takes tens of
+    seconds, so the tests share it. ``make test`` installs Ray (the ``distributed`` extra), so
+    a missing Ray fails rather than skips."""
+    try:
+        import ray
+    except ImportError:  # pragma: no cover - make test installs it
+        pytest.fail("ray is not installed: pip install -e '.[distributed]' (make test does)")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        yield ray
+    finally:
+        ray.shutdown()

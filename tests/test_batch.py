@@ -72,16 +72,6 @@ def panel_store(n: int) -> Iterator[tuple[Store, pd.DataFrame]]:
         store.close()
 
 
-def require_ray() -> Any:
-    """The ``ray`` module; ``make test`` installs it (the ``distributed`` extra), so a missing
-    one fails rather than skipping the backend's tests."""
-    try:
-        import ray
-    except ImportError:
-        pytest.fail("ray is not installed: pip install -e '.[distributed]' (make test does)")
-    return ray
-
-
 @pytest.fixture
 def small() -> Iterator[tuple[Store, pd.DataFrame]]:
     """An in-memory store with 8 series of 3 days."""
@@ -209,20 +199,15 @@ def test_batch_backtest_matches_evaluation_backtest(small: tuple[Store, pd.DataF
 
 
 @pytest.mark.slow
-def test_ray_cluster_matches_the_local_backend_exactly(tmp_path: Path) -> None:
-    ray = require_ray()
+def test_ray_cluster_matches_the_local_backend_exactly(tmp_path: Path,
+                                                       ray_runtime: Any) -> None:
     store = Store.open(str(tmp_path / "prism.duckdb"))
-    fill_store(store, synthetic_panel(50, days=2.5))
+    fill_store(store, synthetic_panel(24, days=2.5))
     model = get_forecaster("prism", **PRISM_SMALL)
     local = batch.run_batch(store, model, horizon="3h", quantiles=QUANTILES, workers=2)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        remote = batch.run_batch(store, model, horizon="3h", quantiles=QUANTILES,
-                                 backend="ray")
-    finally:
-        ray.shutdown()
-    assert (remote.backend, remote.workers, remote.ok) == ("ray", 2, 50)
-    assert local.ok == 50
+    remote = batch.run_batch(store, model, horizon="3h", quantiles=QUANTILES, backend="ray")
+    assert (remote.backend, remote.workers, remote.ok) == ("ray", 2, 24)
+    assert local.ok == 24
     pd.testing.assert_frame_equal(batch.run_frame(store, remote.run_id),
                                   batch.run_frame(store, local.run_id), check_exact=True)
     files = [batch.export_run(store, r.run_id, tmp_path / f"{r.backend}.csv")

@@ -29,7 +29,6 @@ from tests.test_batch import (
     _trouble_store,
     fill_store,
     panel_store,
-    require_ray,
     synthetic_panel,
 )
 
@@ -288,19 +287,15 @@ def test_serving_finds_the_chunk_model_of_a_series(
 
 
 @pytest.mark.slow
-def test_ray_saves_models_that_forecast_as_the_local_ones(tmp_path: Path) -> None:
-    ray = require_ray()
+def test_ray_saves_models_that_forecast_as_the_local_ones(tmp_path: Path,
+                                                         ray_runtime: Any) -> None:
     store = Store.open(str(tmp_path / "prism.duckdb"))
     fill_store(store, synthetic_panel(12, days=2.5))
     model = get_forecaster("prism", **PRISM_SMALL)
     local = batch.run_batch(store, model, task="refit", workers=2, chunk_size=5,
                             models_dir=tmp_path / "local")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        remote = batch.run_batch(store, model, task="refit", backend="ray", chunk_size=5,
-                                 models_dir=tmp_path / "ray")
-    finally:
-        ray.shutdown()
+    remote = batch.run_batch(store, model, task="refit", backend="ray", chunk_size=5,
+                             models_dir=tmp_path / "ray")
     assert (remote.backend, remote.saved, len(remote.model_ids)) == ("ray", 12, 3)
     assert local.saved == 12
     pd.testing.assert_frame_equal(
