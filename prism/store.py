@@ -22,6 +22,7 @@ import pyarrow as pa
 from prism.config import get_settings
 from prism.errors import ConfigError, FileScanError, PrismError, SeriesNotFound
 from prism.schema import FileScan
+from prism.store_path import check_store_path
 
 logger = logging.getLogger(__name__)
 
@@ -130,7 +131,7 @@ class Store:
                     f"cannot open store {target!r}: folder {str(parent)!r} does not exist; "
                     "create it or pass another --db"
                 )
-            _check_store_file(Path(target).expanduser())
+            check_store_path(Path(target).expanduser())
         try:
             # Rows carry their order in columns (ts, _line): DuckDB may insert in parallel.
             config: dict[str, str | bool | int | float | list[str]] = {
@@ -570,6 +571,17 @@ class Store:
         frame["value"] = frame["value"].astype("float64")
         return frame
 
+    def load_panel_arrays(self, series_ids: Sequence[str]) -> dict[str, Any]:
+        """:meth:`load_panel_block` of sorted unique ids (one or more) as numpy arrays, in a
+        third of its time: ``i`` (the row's series' position in the ids), ``ts`` (ns since the
+        epoch) and ``value``, in no particular order (numpy sorts them faster than DuckDB)."""
+        return self.execute(
+            """SELECT k.i, epoch_ns(v.ts) AS ts, v.value FROM series_values v JOIN (SELECT
+               unnest(l) AS series_id, generate_subscripts(l, 1) - 1 AS i
+               FROM (SELECT ?::VARCHAR[] AS l)) k USING (series_id)
+               WHERE series_id BETWEEN ? AND ?""",
+            [list(series_ids), series_ids[0], series_ids[-1]]).fetchnumpy()
+
     def start_batch_run(
         self, run_id: str, *, task: str, model: str, params: str, horizon: str,
         quantiles: Sequence[float], windows: int | None, backend: str, workers: int,
@@ -752,11 +764,6 @@ _INSERTABLE = {"jobs", "samples", "capacity", "rejects", "series_values", "serie
                "forecast_errors", "batch_forecasts", "batch_series"}
 
 
-#: Extensions of data files that DuckDB would open as a throw-away database with the file
-#: attached as a view (an ingest into it would be lost).
-_DATA_SUFFIXES = {".csv", ".tsv", ".txt", ".parquet", ".json", ".jsonl", ".gz", ".zip", ".xlsx"}
-
-
 def _open_error(target: str, exc: duckdb.Error) -> ConfigError:
     """Tell a lock held by another process from a file that is not a store DuckDB can read."""
     text = (str(exc) or type(exc).__name__).splitlines()[0]
@@ -769,27 +776,3 @@ def _open_error(target: str, exc: duckdb.Error) -> ConfigError:
         what, fix = "another DuckDB version wrote it", "open it with the PRISM that wrote it"
     return ConfigError(f"cannot open store {target!r}: {what} ({text}). Fix: {fix}, or pass "
                        "another --db / PRISM_DB")
-
-
-def _check_store_file(path: Path) -> None:
-    """Refuse a ``--db`` that is not a DuckDB store (or a new path for one).
-
-    Raises:
-        ConfigError: for a data file (CSV, Parquet, ...), or an existing file whose header is
-            not DuckDB's.
-    """
-    if path.is_dir():
-        raise ConfigError(f"--db {str(path)!r} is a folder; pass a store file such as "
-                          f"{str(path / 'prism.duckdb')!r}")
-    suffixes = {s.lower() for s in path.suffixes}
-    if suffixes & _DATA_SUFFIXES:
-        raise ConfigError(
-            f"--db {str(path)!r} looks like a data file, not a store: ingest it with "
-            f"`prism --db prism.duckdb ingest {path} --format FORMAT`")
-    if path.is_file() and path.stat().st_size > 0:
-        with path.open("rb") as fh:
-            header = fh.read(12)
-        if header[8:12] != b"DUCK":
-            raise ConfigError(
-                f"--db {str(path)!r} is not a DuckDB store (its header is not DuckDB's): pass "
-                "the store's file or a new path")

@@ -210,7 +210,11 @@ def main(argv: list[str] | None = None) -> int:
                         "SeasonalNaive in this process (scale_cheap.{json,csv})")
     parser.add_argument("--repeats", type=int, default=5, help="--cheap: timed repeats")
     parser.add_argument("--run-one", help=argparse.SUPPRESS)
+    parser.add_argument("--batch-peak", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.batch_peak:
+        print(json.dumps(_batch_peak(args.batch_peak)))
+        return 0
     if args.cheap:
         return cheap_main(200 if args.quick else args.series[0], args.repeats)
     if args.run_one:
@@ -269,24 +273,33 @@ def cheap_main(n: int, repeats: int) -> int:
     - ``prism_block``: its numpy core, :func:`~prism.forecasters.panel_fast.forecast_block`
       on the ``(series, time)`` array;
     - ``prism_batch``: :func:`prism.batch.run_batch` with one worker, end to end (reading the
-      series from DuckDB, writing the forecasts back); it routes the model to the panel path;
+      series from DuckDB into arrays, forecasting, writing the forecasts back); it routes the
+      model to the panel path;
     - ``prism_per_series`` (once): the per-series ``fit``/``predict`` it replaces.
 
     statsforecast needs pandas < 3: run under an environment that has it (the ``bench`` extra
-    installs it). ``median_s`` is the median wall time; ``ratio_vs_statsforecast`` is that
-    over statsforecast's median. ``peak_mb`` is tracemalloc's peak of Python-side allocations
-    during one extra call (the batch: the RSS growth of the process, sampled every 10 ms, as
-    DuckDB allocates outside tracemalloc's view); ``panel_mb`` the panel's values
-    (``n x 4032`` float64) and ``frame_mb`` its frame (``memory_usage(deep=True)``).
+    installs it; or ``PYTHONPATH`` pointing at a folder with statsforecast and pandas 2).
+    ``median_s`` is the median wall time; ``ratio_vs_statsforecast`` is that over
+    statsforecast's median. ``peak_mb`` is tracemalloc's peak of Python-side allocations
+    (numpy's included) during one extra call; for the batch, whose DuckDB allocates outside
+    tracemalloc's view, it is how far a fresh process' peak RSS (``ru_maxrss``) rose above
+    its RSS before the run (after a warm-up run on 10 series): :func:`_batch_peak`.
+    ``panel_mb`` is the panel as arrays, its values and timestamps (``n x 4032 x (8 + 8)``
+    bytes), ``peak_over_panel`` the ratio (target: under 3), ``frame_mb`` the panel's frame
+    (``memory_usage(deep=True)``). The forecasts of the panel path and of the batch (read
+    back from the store) are checked equal to the per-series path's, bit for bit.
     Writes ``evaluation/results/scale_cheap.{json,csv}``.
     """
     import platform
-    import threading
     from statistics import median
 
-    import psutil
-    from statsforecast import StatsForecast
-    from statsforecast.models import SeasonalNaive
+    try:
+        import statsforecast
+        from statsforecast import StatsForecast
+        from statsforecast.models import SeasonalNaive
+    except ImportError as exc:
+        raise SystemExit(f"--cheap needs statsforecast ({exc}): pip install -e '.[bench]' in "
+                         "an environment of its own (it needs pandas < 3)") from exc
 
     from prism import batch
     from prism.forecasters import get_forecaster
@@ -306,13 +319,15 @@ def cheap_main(n: int, repeats: int) -> int:
     with tempfile.TemporaryDirectory(prefix="prism-scale-cheap-") as tmp:
         db = Path(tmp) / "cheap.duckdb"
         build_store(db, n)
+        batch_peak = _measured_batch_peak(db)  # a process of its own: before this one opens it
         with Store.open(db) as store:
+            reports: list[Any] = []
             runs: dict[str, Any] = {
                 "statsforecast_seasonal_naive": sf,
                 "prism_panel": lambda: forecast_panel(model, panel, "1d", QUANTILES),
                 "prism_block": lambda: forecast_block(rule, values, 144, QUANTILES),
-                "prism_batch": lambda: batch.run_batch(store, model, horizon="1d",
-                                                       quantiles=QUANTILES, workers=1),
+                "prism_batch": lambda: reports.append(batch.run_batch(
+                    store, model, horizon="1d", quantiles=QUANTILES, workers=1)),
             }
             times: dict[str, list[float]] = {name: [] for name in runs}
             for r in range(repeats + 1):  # the first round warms up (imports, numba, caches)
@@ -323,14 +338,16 @@ def cheap_main(n: int, repeats: int) -> int:
                         times[name].append(time.perf_counter() - started)
             peaks = {name: _traced_peak(call) for name, call in runs.items()
                      if name != "prism_batch"}
-            peaks["prism_batch"] = _rss_growth(runs["prism_batch"], psutil, threading)
+            peaks["prism_batch"] = batch_peak
             started = time.perf_counter()
             want = get_forecaster("seasonal_naive").fit(panel).predict("1d", QUANTILES)
             times["prism_per_series"] = [time.perf_counter() - started]
             peaks["prism_per_series"] = float("nan")
             got = forecast_panel(model, panel, "1d", QUANTILES)
             pd.testing.assert_frame_equal(got, want, check_exact=True)
-    panel_mb = values.nbytes / 2**20
+            pd.testing.assert_frame_equal(batch.run_frame(store, reports[-1].run_id), want,
+                                          check_exact=True)
+    panel_mb = (values.nbytes + n * STEPS * 8) / 2**20  # the values and their timestamps
     frame_mb = panel.memory_usage(deep=True).sum() / 2**20
     sf_median = median(times["statsforecast_seasonal_naive"])
     rows = [{"n_series": n, "steps": STEPS, "method": name, "repeats": len(t),
@@ -343,19 +360,59 @@ def cheap_main(n: int, repeats: int) -> int:
     for row in rows:
         print(f"{row['method']:<30} {row['median_s']:7.3f}s {row['ratio_vs_statsforecast']:6.2f} "
               f"{row['peak_mb']:8.1f} {row['peak_over_panel']:7.2f}", flush=True)
-    import statsforecast
-
     meta = {"days": DAYS, "steps": STEPS, "horizon": "1d", "quantiles": list(QUANTILES),
             "statsforecast_levels": [80, 98], "cpus": sorted(os.sched_getaffinity(0)),
             "python": platform.python_version(), "numpy": np.__version__,
             "pandas": pd.__version__, "statsforecast": statsforecast.__version__,
             "identical_to_per_series": True,
+            "peak": "tracemalloc's peak during one call; prism_batch: a fresh process' peak "
+                    "RSS over its RSS before the run",
+            "panel_mb": "values and timestamps, n x steps x 16 bytes",
             "note": "one process, interleaved repeats after a warm-up; shared machine"}
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "scale_cheap.json").write_text(json.dumps({**meta, "runs": rows}, indent=2,
                                                          default=float) + "\n")
     pd.DataFrame(rows).to_csv(RESULTS / "scale_cheap.csv", index=False)
     return 0
+
+
+def _measured_batch_peak(db: Path) -> float:
+    """:func:`_batch_peak` in a child process (bytes)."""
+    child = subprocess.run([sys.executable, "-m", "evaluation.benchmarks.scale",
+                            "--batch-peak", str(db)], cwd=ROOT, check=True,
+                           stdout=subprocess.PIPE, text=True)
+    return float(json.loads(child.stdout.strip().splitlines()[-1])["peak_bytes"])
+
+
+def _batch_peak(db: str) -> dict[str, float]:
+    """How far this fresh process' peak RSS rises above its RSS before a batch of
+    ``seasonal_naive`` over every series of ``db`` (after a warm-up run on 10 series).
+
+    The peak is the kernel's (``VmHWM``), reset just before the run (``/proc/self/
+    clear_refs``): ``ru_maxrss`` would include the parent's size, inherited at the fork.
+    """
+    from prism import batch
+    from prism.forecasters import get_forecaster
+    from prism.store import Store
+
+    with Store.open(db) as store:
+        ids = sorted(store.list_series()["series_id"].astype(str))
+        model = get_forecaster("seasonal_naive")
+        batch.run_batch(store, model, ids[:10], horizon="1d", quantiles=QUANTILES, workers=1)
+        Path("/proc/self/clear_refs").write_text("5")  # the peak starts again from here
+        before = _status_kb("VmRSS")
+        batch.run_batch(store, model, horizon="1d", quantiles=QUANTILES, workers=1)
+        high = _status_kb("VmHWM")
+    return {"peak_bytes": float(high - before) * 1024, "rss_before": float(before) * 1024,
+            "peak_rss": float(high) * 1024}
+
+
+def _status_kb(field: str) -> int:
+    """A ``kB`` field of ``/proc/self/status`` (Linux)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no {field} in /proc/self/status")
 
 
 def _traced_peak(call: Any) -> float:
@@ -368,28 +425,6 @@ def _traced_peak(call: Any) -> float:
         return float(tracemalloc.get_traced_memory()[1])
     finally:
         tracemalloc.stop()
-
-
-def _rss_growth(call: Any, psutil: Any, threading: Any) -> float:
-    """Bytes by which the process' RSS peaked above its start during one call."""
-    process = psutil.Process()
-    base = peak = process.memory_info().rss
-    running = True
-
-    def watch() -> None:
-        nonlocal peak
-        while running:
-            peak = max(peak, process.memory_info().rss)
-            time.sleep(0.01)
-
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
-    try:
-        call()
-    finally:
-        running = False
-        watcher.join()
-    return float(peak - base)
 
 
 def _write(rows: list[dict[str, Any]], stem: str) -> None:

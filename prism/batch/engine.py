@@ -100,24 +100,32 @@ class BatchReport:
 
 def _read_chunks(store: Store, series_ids: Sequence[str],
                  chunk_size: int) -> Iterator[list[_Series]]:
-    """The series as chunks, read from DuckDB a block at a time (memory stays flat)."""
+    """The series as chunks, read from DuckDB a block at a time (memory stays flat), straight
+    into arrays: no frame, no string per row. A series' arrays are views of its block's."""
     for lo in range(0, len(series_ids), _READ_BLOCK):
         block = list(series_ids[lo:lo + _READ_BLOCK])
-        panel = store.load_panel_block(block)
-        ids = panel[SERIES_ID].to_numpy()
-        ts = panel[TS].to_numpy("datetime64[ns]").view(np.int64)
-        values = panel[VALUE].to_numpy(dtype=np.float64)
-        starts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]]) if len(ids) else (
-            np.zeros(0, dtype=np.int64))
-        stops = np.r_[starts[1:], len(ids)]
-        found = {str(ids[a]): (a, b) for a, b in zip(starts, stops, strict=True)}
-        items = []
-        for sid in block:
-            a, b = found.get(sid, (0, 0))
-            items.append(_Series(sid, ts[a:b].copy(), values[a:b].copy()))
-        del panel, ids, ts, values
+        names = sorted(set(block))
+        columns = store.load_panel_arrays(names)
+        # ordered by series then time (a NULL time last, as DuckDB orders it): two stable
+        # sorts, by time then by the series' position (a radix sort), in a third of the time
+        # of DuckDB's ORDER BY on this machine
+        position = np.asarray(columns.pop("i"), dtype=np.int64)
+        by_time = np.argsort(np.ma.filled(columns["ts"], np.iinfo(np.int64).max), kind="stable")
+        small = np.uint16 if len(names) <= 1 << 16 else np.int64
+        order = by_time[np.argsort(position[by_time].astype(small), kind="stable")]
+        del by_time
+        # a NULL reads as NaT (ts) or NaN (value), as from a frame; the checks then see it
+        ts = np.asarray(np.ma.filled(columns.pop("ts"), np.iinfo(np.int64).min), np.int64)[order]
+        values = np.asarray(np.ma.filled(columns.pop("value"), np.nan), np.float64)[order]
+        counts = np.bincount(position, minlength=len(names))
+        del columns, position, order
+        stops = np.cumsum(counts).tolist()
+        found = {sid: (b - int(n), b) for sid, n, b in zip(names, counts, stops, strict=True)}
+        items = [_Series(sid, ts[a:b], values[a:b]) for sid in block for a, b in [found[sid]]]
+        del ts, values  # the items hold their views; the block goes with its last chunk
         for c in range(0, len(items), chunk_size):
             yield items[c:c + chunk_size]
+        del items
 
 
 def _drive(backend: _Backend, chunks: Iterator[list[_Series]], job: _Job, sink: _Sink,
@@ -144,6 +152,7 @@ def _drive(backend: _Backend, chunks: Iterator[list[_Series]], job: _Job, sink: 
             backend.submit(key, chunk)
             inflight[key] = chunk
             key += 1
+            del chunk  # not kept alive while the next one is read
         if not inflight:
             break
         for k, result in backend.wait(_timeout(backend, inflight, job, hard_grace_s)):

@@ -18,7 +18,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from prism.batch.work import _Outcome
+from prism.batch.work import _Block, _Outcome, frame_rows
 from prism.errors import ConfigError
 from prism.evaluation.backtest import CUTOFF
 from prism.forecasters.base import quantile_column
@@ -57,14 +57,23 @@ class _Sink:
             record = save_model(SeriesModels.join(fitted), self.models_dir)
             self.model_ids.append(record.model_id)
             self.saved += len(fitted)
-        frames = [o.frame for o in outcomes if o.frame is not None and len(o.frame)]
-        table = _to_arrow(pd.concat(frames, ignore_index=True)) if frames else None
+        # one table per chunk: its frames concatenated once (the per-series path) and the
+        # rows of its panel groups (each built once, from arrays)
+        frames = [o.frame for o in outcomes if o.block is None and o.n_rows]
+        members: dict[int, tuple[_Block, list[str]]] = {}
+        for o in outcomes:
+            if o.block is not None:
+                members.setdefault(id(o.block), (o.block, []))[1].append(o.series_id)
+        tables = [block.rows(keep) for block, keep in members.values()]
+        if frames:
+            tables.append(frame_rows(pd.concat(frames, ignore_index=True)))
+        table = pa.concat_tables(tables) if tables else None
         series = pd.DataFrame({
             SERIES_ID: [o.series_id for o in outcomes],
             "status": [o.status for o in outcomes],
             "fallback_reason": [o.reason for o in outcomes],
             "seconds": [o.seconds for o in outcomes],
-            "n_rows": [0 if o.frame is None else len(o.frame) for o in outcomes],
+            "n_rows": [o.n_rows for o in outcomes],
         })
         self.store.add_batch_results(self.run_id, table, series)
         for o in outcomes:
@@ -75,26 +84,6 @@ class _Sink:
                 if len(self.notes) < 20:
                     self.notes.append((o.series_id, o.status, o.reason or ""))
         self.rows += 0 if table is None else table.num_rows
-
-
-def _to_arrow(frame: pd.DataFrame) -> pa.Table:
-    """A forecast (or backtest) frame as ``batch_forecasts`` rows, quantiles in a list."""
-    qcols = [c for c in frame.columns if c.startswith("p") and c[1:2].isdigit()]
-    n, k = len(frame), len(qcols)
-    flat = frame[qcols].to_numpy(dtype=np.float64).ravel()
-    offsets = pa.array(np.arange(0, n * k + 1, k, dtype=np.int32))
-    null_ts = pa.nulls(n, pa.timestamp("ns"))
-    return pa.table({
-        SERIES_ID: pa.array(frame[SERIES_ID].astype(str).to_numpy()),
-        CUTOFF: pa.array(frame[CUTOFF].to_numpy("datetime64[ns]")) if CUTOFF in frame
-        else null_ts,
-        TS: pa.array(frame[TS].to_numpy("datetime64[ns]")),
-        "model": pa.array(frame["model"].astype(str).to_numpy()),
-        "mean": pa.array(frame["mean"].to_numpy(dtype=np.float64)),
-        "quantiles": pa.ListArray.from_arrays(offsets, pa.array(flat, pa.float64())),
-        VALUE: pa.array(frame[VALUE].to_numpy(dtype=np.float64)) if VALUE in frame
-        else pa.nulls(n, pa.float64()),
-    })
 
 
 # -- reading runs back --------------------------------------------------------------------------

@@ -21,17 +21,13 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
+import pyarrow as pa
 
 from prism.errors import DataContractError
 from prism.evaluation.backtest import CUTOFF, MIN_TRAIN, cutoff_positions
 from prism.forecasters.base import BaseForecaster, FloatArray, clone, horizon_steps
 from prism.forecasters.baselines import NaiveForecaster, SeasonalNaiveForecaster
-from prism.forecasters.panel_fast import (
-    forecast_block,
-    forecast_frame,
-    panel_rule,
-    supports_panel,
-)
+from prism.forecasters.panel_fast import forecast_block, panel_rule, supports_panel
 from prism.schema import SERIES_ID, TS, VALUE
 
 IntArray = npt.NDArray[np.int64]
@@ -82,9 +78,38 @@ class _Job:
 
 
 @dataclass(frozen=True)
+class _Block:
+    """The panel path's forecasts of a group of series, as arrays (``steps`` per series).
+
+    Its series' outcomes share it: a chunk's pickle holds it once, and the sink turns it
+    into rows once (:func:`forecast_rows`), with no frame per series.
+    """
+
+    series_ids: tuple[str, ...]
+    last_ts: IntArray
+    freq_s: int
+    alias: str
+    mean: FloatArray
+    bands: FloatArray
+
+    def rows(self, keep: Sequence[str] | None = None) -> pa.Table:
+        """Its ``batch_forecasts`` rows (of the series in ``keep`` only, when given)."""
+        table = forecast_rows(self.series_ids, self.last_ts, self.freq_s, self.alias,
+                              self.mean, self.bands)
+        if keep is None or len(keep) == len(self.series_ids):
+            return table
+        wanted = set(keep)
+        steps = self.mean.shape[1]
+        rows = [r * steps + k for r, sid in enumerate(self.series_ids) if sid in wanted
+                for k in range(steps)]
+        return table.take(pa.array(rows, pa.int64()))
+
+
+@dataclass(frozen=True)
 class _Outcome:
     """What became of one series (``model``: its fitted model, when the job keeps them; the
-    models of a chunk travel back in one pickle, so a global model's shared parts once)."""
+    models of a chunk travel back in one pickle, so a global model's shared parts once).
+    Its forecast is a ``frame``, or from the panel path its group's ``block``."""
 
     series_id: str
     status: str  # ok | fallback | skipped | failed
@@ -92,6 +117,20 @@ class _Outcome:
     seconds: float
     frame: pd.DataFrame | None
     model: BaseForecaster | None = None
+    block: _Block | None = None
+
+    @property
+    def n_rows(self) -> int:
+        """The forecast's rows."""
+        if self.block is not None:
+            return int(self.block.mean.shape[1])
+        return 0 if self.frame is None else len(self.frame)
+
+    def table(self) -> pa.Table | None:
+        """The forecast as ``batch_forecasts`` rows (``None``: none)."""
+        if self.block is not None:
+            return self.block.rows([self.series_id])
+        return None if self.frame is None else frame_rows(self.frame)
 
 
 @dataclass(frozen=True)
@@ -165,13 +204,57 @@ def _run_panel(job: _Job, items: Sequence[_Series]) -> list[_Outcome]:
                 out[i] = _run_series(job, items[i])
             continue
         last = np.array([items[i].ts[-1] for i in members], dtype=np.int64)
-        frame = forecast_frame([items[i].series_id for i in members], last, freq_s,
-                               job.model.alias, mean, bands, job.quantiles)
+        block = _Block(tuple(items[i].series_id for i in members), last, freq_s,
+                       job.model.alias, mean, bands)
         share = (time.perf_counter() - started) / len(members)
-        for r, i in enumerate(members):
-            out[i] = _Outcome(items[i].series_id, "ok", None, share,
-                              frame.iloc[r * steps:(r + 1) * steps])
+        for i in members:
+            out[i] = _Outcome(items[i].series_id, "ok", None, share, None, block=block)
     return [out[i] for i in range(len(items))]
+
+
+def forecast_rows(series_ids: Sequence[str], last_ts: IntArray, freq_s: int, alias: str,
+                  mean: FloatArray, bands: FloatArray) -> pa.Table:
+    """``batch_forecasts`` rows of ``(series, steps)`` means and ``(series, steps, n_q)``
+    bands after each series' last timestamp (ns since the epoch): the numbers of
+    :func:`~prism.forecasters.panel_fast.forecast_frame`, without the frame."""
+    n_series, steps = mean.shape
+    ts = (np.asarray(last_ts, dtype=np.int64)[:, None] + np.int64(freq_s) * 1_000_000_000
+          * np.arange(1, steps + 1, dtype=np.int64)[None, :])
+    ids = pa.array(list(series_ids), pa.string())
+    return _rows_table(ids.take(np.repeat(np.arange(n_series), steps)), None,
+                       ts.ravel().view("datetime64[ns]"),
+                       pa.array(np.full(n_series * steps, alias, dtype=object), pa.string()),
+                       mean.ravel(), bands.reshape(n_series * steps, bands.shape[2]), None)
+
+
+def frame_rows(frame: pd.DataFrame) -> pa.Table:
+    """A forecast (or backtest) frame as ``batch_forecasts`` rows, quantiles in a list."""
+    qcols = [c for c in frame.columns if c.startswith("p") and c[1:2].isdigit()]
+    return _rows_table(
+        pa.array(frame[SERIES_ID].astype(str).to_numpy(), pa.string()),
+        frame[CUTOFF].to_numpy("datetime64[ns]") if CUTOFF in frame else None,
+        frame[TS].to_numpy("datetime64[ns]"),
+        pa.array(frame["model"].astype(str).to_numpy(), pa.string()),
+        frame["mean"].to_numpy(dtype=np.float64),
+        frame[qcols].to_numpy(dtype=np.float64).reshape(len(frame), len(qcols)),
+        frame[VALUE].to_numpy(dtype=np.float64) if VALUE in frame else None)
+
+
+def _rows_table(series_id: pa.Array, cutoff: npt.NDArray[np.datetime64] | None,
+                ts: npt.NDArray[np.datetime64], model: pa.Array, mean: FloatArray,
+                quantiles: FloatArray, value: FloatArray | None) -> pa.Table:
+    """The one layout of ``batch_forecasts`` rows in Arrow (``None``: a column of nulls)."""
+    n, k = quantiles.shape
+    offsets = pa.array(np.arange(n + 1, dtype=np.int32) * np.int32(k))
+    return pa.table({
+        SERIES_ID: series_id,
+        CUTOFF: pa.nulls(n, pa.timestamp("ns")) if cutoff is None else pa.array(cutoff),
+        TS: pa.array(ts),
+        "model": model,
+        "mean": pa.array(mean),
+        "quantiles": pa.ListArray.from_arrays(offsets, pa.array(quantiles.ravel(), pa.float64())),
+        VALUE: pa.nulls(n, pa.float64()) if value is None else pa.array(value),
+    })
 
 
 def _panel_key(item: _Series) -> tuple[int, int] | None:
