@@ -112,6 +112,13 @@ def is_disk_full(exc: BaseException) -> bool:
 _DISK_FULL_TEXT = ("No space left on device", "Disk quota exceeded")
 
 
+def _from_io(exc: BaseException) -> bool:
+    """An error of the OS or of DuckDB, whose message can tell a full disk (a PRISM error's
+    message can echo what a client sent, such as ``end='Disk quota exceeded'``)."""
+    module = type(exc).__module__ or ""
+    return isinstance(exc, OSError) or module.split(".")[0] in ("duckdb", "_duckdb")
+
+
 def _disk_full(exc: BaseException) -> bool:
     """Whether ``exc`` or an error behind it (``raise ... from``) is a full disk."""
     seen: set[int] = set()
@@ -120,7 +127,7 @@ def _disk_full(exc: BaseException) -> bool:
         seen.add(id(current))
         if isinstance(current, OSError) and current.errno in (errno.ENOSPC, errno.EDQUOT):
             return True
-        if any(text in str(current) for text in _DISK_FULL_TEXT):
+        if _from_io(current) and any(text in str(current) for text in _DISK_FULL_TEXT):
             return True
         current = current.__cause__ or current.__context__
     return False
