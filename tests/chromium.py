@@ -13,10 +13,12 @@ Chromium is Debian's ``chromium`` (``make test`` installs it), started with
 from __future__ import annotations
 
 import base64
+import contextlib
 import itertools
 import json
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -65,7 +67,8 @@ class Chromium:
         self._process = subprocess.Popen(
             [self._binary, *FLAGS, f"--user-data-dir={profile}", "--remote-debugging-port=0",
              f"--window-size={self._size[0]},{self._size[1]}", "about:blank"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True)  # its own group: its helpers are stopped with it
         port_file = profile / "DevToolsActivePort"
         deadline = time.monotonic() + self._timeout
         while not port_file.exists() or len(port_file.read_text().splitlines()) < 2:
@@ -97,7 +100,17 @@ class Chromium:
             except subprocess.TimeoutExpired:
                 self._process.kill()
                 self._process.wait()
-        self._dir.cleanup()
+            # helper processes (renderer, crashpad) can outlive the browser and still write
+            # to the profile: stop the whole group before removing it
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self._process.pid, signal.SIGKILL)
+        for _ in range(50):
+            try:
+                self._dir.cleanup()
+                return
+            except OSError:  # a file appeared while the folder was being removed
+                time.sleep(0.1)
+        shutil.rmtree(self._dir.name, ignore_errors=True)
 
     # -- protocol ------------------------------------------------------------------------------
     def _call(self, method: str, params: dict[str, Any] | None = None, *,
