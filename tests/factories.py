@@ -13,6 +13,7 @@ injected bursts) keep building their own.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -121,3 +122,25 @@ class HandForecasts:
                 frame[f"p{round(u * 100, 6):g}"] = np.asarray(mean) + width * (u - 0.5)
             frames.append(frame)
         return pd.concat(frames, ignore_index=True), 600
+
+
+def write_series_store(folder: Path, series: Mapping[str, Any], capacity: str, *,
+                       start: pd.Timestamp, freq: str = "10min", decimals: int = 3) -> Path:
+    """A store at ``folder/prism.duckdb`` of hand-made series, ingested through the CLI as a
+    user would: ``series`` (``{series_id: values}`` from ``start`` every ``freq``) as a
+    long-csv, ``capacity`` (the text of a capacity-csv) as a capacity table."""
+    from prism.cli import main
+
+    samples = folder / "samples.csv"
+    pd.concat([pd.DataFrame({"series_id": sid,
+                             "ts": pd.date_range(start, periods=len(v), freq=freq),
+                             "value": np.round(np.asarray(v, dtype=np.float64), decimals)})
+               for sid, v in series.items()]
+              ).to_csv(samples, index=False, date_format="%Y-%m-%dT%H:%M:%S")
+    table = folder / "capacity.csv"
+    table.write_text(capacity)
+    db = folder / "prism.duckdb"
+    assert main(["--db", str(db), "ingest", str(samples), "--format", "long-csv", "--freq",
+                 freq, "-q"]) == 0
+    assert main(["--db", str(db), "ingest", str(table), "--format", "capacity-csv", "-q"]) == 0
+    return db

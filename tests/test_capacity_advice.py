@@ -22,7 +22,7 @@ from prism.config import Settings
 from prism.schema import SERIES_ID
 from prism.usecases.capacity import plan_cluster_capacity
 from service.app import create_app
-from tests.factories import HandForecasts
+from tests.factories import HandForecasts, write_series_store
 
 START = pd.Timestamp("2026-01-05")
 STEPS = 144 * 2  # two days of 10-minute points
@@ -30,17 +30,7 @@ STEPS = 144 * 2  # two days of 10-minute points
 
 def _write_store(folder: Path, series: dict[str, np.ndarray], capacity: str) -> Path:
     """A store of hand-made 10-minute series (long-csv) and a capacity table."""
-    samples = folder / "samples.csv"
-    pd.concat([pd.DataFrame({"series_id": sid,
-                             "ts": pd.date_range(START, periods=len(v), freq="10min"),
-                             "value": np.round(v, 3)}) for sid, v in series.items()]
-              ).to_csv(samples, index=False, date_format="%Y-%m-%dT%H:%M:%S")
-    table = folder / "capacity.csv"
-    table.write_text(capacity)
-    db = folder / "prism.duckdb"
-    assert main(["--db", str(db), "ingest", str(samples), "--format", "long-csv", "-q"]) == 0
-    assert main(["--db", str(db), "ingest", str(table), "--format", "capacity-csv", "-q"]) == 0
-    return db
+    return write_series_store(folder, series, capacity, start=START)
 
 
 

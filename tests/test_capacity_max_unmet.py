@@ -24,7 +24,7 @@ from prism.usecases.capacity import (
     plan_cluster_capacity,
 )
 from service.app import create_app
-from tests.factories import HandForecasts
+from tests.factories import HandForecasts, write_series_store
 from tests.service.conftest import LiveServer
 
 START = pd.Timestamp("2026-01-05")
@@ -39,18 +39,9 @@ def _write_store(folder: Path, days: int) -> Path:
     day = np.sin(2 * np.pi * t / 144)
     a = np.round(30 + 6 * day + rng.normal(0, 2, steps), 1)
     b = np.round(10 + 3 * day + rng.normal(0, 1, steps), 1)
-    samples = folder / "samples.csv"
-    pd.concat([pd.DataFrame({"series_id": sid, "value": v,
-                             "ts": pd.date_range(START, periods=steps, freq="10min")})
-               for sid, v in {"lab/vc-a/gpus_in_use": a, "lab/vc-b/gpus_in_use": b,
-                              "lab/all/gpus_in_use": a + b}.items()]
-              ).to_csv(samples, index=False, date_format="%Y-%m-%dT%H:%M:%S")
-    table = folder / "capacity.csv"
-    table.write_text("cluster,scope,gpus\nlab,vc-a,45\nlab,vc-b,40\nlab,all,85\n")
-    db = folder / "prism.duckdb"
-    assert main(["--db", str(db), "ingest", str(samples), "--format", "long-csv", "-q"]) == 0
-    assert main(["--db", str(db), "ingest", str(table), "--format", "capacity-csv", "-q"]) == 0
-    return db
+    series = {"lab/vc-a/gpus_in_use": a, "lab/vc-b/gpus_in_use": b, "lab/all/gpus_in_use": a + b}
+    return write_series_store(folder, series, "cluster,scope,gpus\nlab,vc-a,45\nlab,vc-b,40\n"
+                              "lab,all,85\n", start=START)
 
 
 
@@ -185,14 +176,10 @@ def test_capacity_shows_progress_per_stage_on_a_terminal_only(
 
 def test_report_counts_its_stages_on_one_bar(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                              capsys: pytest.CaptureFixture[str]) -> None:
-    import inspect
     import re
 
     from prism.cli import common
-    from prism.usecases.report import capacity_report
 
-    if "progress" not in inspect.signature(capacity_report).parameters:
-        pytest.skip("capacity_report takes no progress callback yet")
     db = _write_store(tmp_path, days=3)
     monkeypatch.setattr(common.err, "_force_terminal", True)
     capsys.readouterr()

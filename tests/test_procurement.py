@@ -19,6 +19,7 @@ from prism.config import Settings
 from prism.procurement import daily_levels, fit_trend, plan_procurement
 from prism.usecases.capacity import plan_cluster_procurement
 from service.app import create_app
+from tests.factories import write_series_store
 from tests.service.conftest import LiveServer
 
 START = pd.Timestamp("2026-11-01")
@@ -37,18 +38,9 @@ def _write_store(folder: Path) -> Path:
     flat = 50 + 10 * wave
     series = {"lab/vc-up/gpus_in_use": up, "lab/vc-up/gpus_pending": np.full(len(hours), 4.0),
               "lab/vc-flat/gpus_in_use": flat, "lab/all/gpus_in_use": up + flat}
-    samples = folder / "samples.csv"
-    pd.concat([pd.DataFrame({"series_id": sid,
-                             "ts": pd.date_range(START, periods=len(v), freq="1h"),
-                             "value": np.round(v, 6)}) for sid, v in series.items()]
-              ).to_csv(samples, index=False, date_format="%Y-%m-%dT%H:%M:%S")
-    table = folder / "capacity.csv"
-    table.write_text("cluster,scope,gpus\nlab,vc-up,200\nlab,vc-flat,100\nlab,all,300\n")
-    db = folder / "prism.duckdb"
-    assert main(["--db", str(db), "ingest", str(samples), "--format", "long-csv", "--freq", "1h",
-                 "-q"]) == 0
-    assert main(["--db", str(db), "ingest", str(table), "--format", "capacity-csv", "-q"]) == 0
-    return db
+    return write_series_store(folder, series, "cluster,scope,gpus\nlab,vc-up,200\n"
+                              "lab,vc-flat,100\nlab,all,300\n", start=START, freq="1h",
+                              decimals=6)
 
 
 @pytest.fixture(scope="module")

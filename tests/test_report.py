@@ -28,6 +28,7 @@ from prism.usecases.capacity import SavedModels
 from prism.usecases.report import capacity_report
 from service.app import create_app
 from tests import chromium
+from tests.factories import write_series_store
 from tests.service.conftest import LiveServer
 
 START = pd.Timestamp("2026-01-05")
@@ -307,16 +308,8 @@ def planner(tmp_path_factory: pytest.TempPathFactory) -> Planner:
     series = {"lab/vc1/gpus_in_use": vc1, "lab/vc1/gpus_pending": pending,
               "lab/vc2/gpus_in_use": vc2, "lab/all/gpus_in_use": vc1 + vc2,
               "lab/all/gpus_pending": pending, "lab/gpu:V100/gpus_in_use": vc1 + vc2}
-    samples = folder / "samples.csv"
-    pd.concat([pd.DataFrame({"series_id": sid, "ts": pd.date_range(START, periods=n,
-                                                                   freq="10min"),
-                             "value": np.round(v, 3)}) for sid, v in series.items()]
-              ).to_csv(samples, index=False, date_format="%Y-%m-%dT%H:%M:%S")
-    capacity = folder / "capacity.csv"
-    capacity.write_text("cluster,scope,gpus\nlab,vc1,40\nlab,vc2,25\nlab,all,65\n")
-    db = folder / "prism.duckdb"
-    for path, kind in ((samples, "long-csv"), (capacity, "capacity-csv")):
-        assert main(["--db", str(db), "ingest", str(path), "--format", kind, "-q"]) == 0
+    db = write_series_store(folder, series, "cluster,scope,gpus\nlab,vc1,40\nlab,vc2,25\n"
+                            "lab,all,65\n", start=START)
     models = folder / "models"
     config = Settings(db=str(db), models_dir=models, default_model="naive",
                       fit_budget_s=10.0, api_token=None, refit_every=None, cors_origins=[])

@@ -252,7 +252,6 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from prism.usecases.report import capacity_report
 
     max_unmet = _max_unmet(args)  # bad values fail before any work
-    extra: dict[str, Any] = {}
     capacities = read_capacity_table(args.capacity) if args.capacity else None
     # one step per cluster (counted as the source forecasts): a bar once the clusters are
     # named, else a count without a total; the use case's own stages where it reports them
@@ -261,13 +260,13 @@ def _cmd_report(args: argparse.Namespace) -> int:
           usecases.open_store(args.db, must_exist=True) as store):
         if bar is not None:
             bar("clusters", 0, total)
-            # its stages, counted on one bar
-            extra["progress"] = lambda _stage, done, n: bar("report", done, n)
         source = _source(args, (lambda n: bar("clusters", n, max(total, n))) if bar else None)
         result = capacity_report(
             store, source, clusters=args.cluster, horizon=args.horizon,
             quantile=args.quantile, capacity_table=capacities, watts=_watts(args.watts_per_gpu),
-            output=args.output, pdf=args.pdf, max_unmet=max_unmet, **extra)
+            output=args.output, pdf=args.pdf, max_unmet=max_unmet,
+            # its stages, counted on one bar
+            progress=(lambda _stage, done, n: bar("report", done, n)) if bar else None)
     _notes(source)
     _out.print(f"wrote {result.path} ({', '.join(result.clusters) or 'no cluster'})"
                + (f" and {result.pdf}" if result.pdf else ""))

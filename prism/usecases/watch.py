@@ -219,8 +219,9 @@ def watch_tick(store: Store, plan: WatchPlan, *, now: pd.Timestamp | None = None
     last_grid = now.floor(step)
     pulls: list[QueryPull] = []
     for query in plan.queries:
-        before = _query_series(store, plan, query)
-        start = (max(before.values()) + step) if before else now - parse_duration(plan.since)
+        before = _pulled(store, plan, query)
+        start = (max(last for last, _ in before.values()) + step if before
+                 else now - parse_duration(plan.since))
         if start > last_grid:  # the newest sample is the newest step: nothing is due
             pulls.append(QueryPull(query, None, None))
             continue
@@ -232,7 +233,7 @@ def watch_tick(store: Store, plan: WatchPlan, *, now: pd.Timestamp | None = None
             logger.info("pull of %r from %s failed: %s", query, plan.endpoint(), exc)
             pulls.append(QueryPull(query, start, now, error=str(exc)))
             continue
-        after = _query_counts(store, plan, query, before)
+        after = _new_samples(before, _pulled(store, plan, query))
         pulls.append(QueryPull(query, start, now, report.rows, after))
     changed = sorted({sid for p in pulls for sid in p.changed})
     if not changed:
@@ -299,20 +300,12 @@ def _due(store: Store, plan: WatchPlan, changed: list[str]) -> tuple[list[str], 
     return due, waiting
 
 
-def _query_series(store: Store, plan: WatchPlan, query: str) -> dict[str, pd.Timestamp]:
-    """Series id -> its newest stored sample, of the series that pulls of ``query`` from
-    the plan's server stored."""
-    return {sid: last for sid, (last, _) in _pulled(store, plan, query).items()}
-
-
-def _query_counts(store: Store, plan: WatchPlan, query: str,
-                  before: dict[str, pd.Timestamp]) -> dict[str, int]:
-    """Series id -> samples stored after ``before``'s newest, of the series that got some."""
-    counts = {}
-    for sid, (last, _) in _pulled(store, plan, query).items():
-        if sid not in before or last > before[sid]:
-            counts[sid] = _count_after(store, sid, before.get(sid))
-    return counts
+def _new_samples(before: dict[str, tuple[pd.Timestamp, int]],
+                 after: dict[str, tuple[pd.Timestamp, int]]) -> dict[str, int]:
+    """Series id -> samples a pull added, of the series that got some (pulls never store a
+    sample twice, so the count's growth is what is new)."""
+    return {sid: n - before.get(sid, (last, 0))[1] for sid, (last, n) in after.items()
+            if n > before.get(sid, (last, 0))[1]}
 
 
 def _pulled(store: Store, plan: WatchPlan, query: str
@@ -333,17 +326,6 @@ def _pulled(store: Store, plan: WatchPlan, query: str
         stamp = pd.Timestamp(last)
         found[sid] = (max(stamp, seen[0]), seen[1] + int(n)) if seen else (stamp, int(n))
     return found
-
-
-def _count_after(store: Store, series_id: str, after: pd.Timestamp | None) -> int:
-    row = store.fetch_one(
-        "SELECT count(*) FROM samples WHERE series_id = ? AND (?::TIMESTAMP IS NULL OR ts > ?)",
-        [series_id, _py(after), _py(after)])
-    return int(row[0]) if row else 0
-
-
-def _py(stamp: pd.Timestamp | None) -> object:
-    return None if stamp is None else stamp.to_pydatetime()
 
 
 def _unix(stamp: pd.Timestamp) -> str:

@@ -21,6 +21,7 @@ from prism.forecasters.panel_fast import (
     supports_panel,
 )
 from prism.store import Store
+from tests.test_batch import fill_store
 
 QUANTILES = (0.01, 0.1, 0.5, 0.9, 0.975, 0.99)
 CASES = [pytest.param(cls.alias, params, id=f"{cls.alias}-{i}")
@@ -90,24 +91,11 @@ def test_sorted_quantiles_are_numpys_bit_for_bit(size: int) -> None:
 
 
 # -- the batch engine routes cheap models through the panel path ----------------------------------
-def fill(store: Store, panel: pd.DataFrame) -> None:
-    rows = panel.assign(cluster=panel["series_id"].str.split("/").str[0], filled=False)
-    store.insert_frame("series_values", rows, ["cluster", "series_id", "ts", "value", "filled"])
-    catalogue = rows.groupby("series_id").agg(
-        cluster=("cluster", "first"), first_ts=("ts", "min"), last_ts=("ts", "max"),
-        n_points=("ts", "size")).reset_index()
-    catalogue["scope"] = catalogue["series_id"].str.split("/").str[1]
-    catalogue["metric"] = "gpus_in_use"
-    catalogue["freq"] = "10min"
-    store.insert_frame("series", catalogue, ["series_id", "cluster", "scope", "metric", "freq",
-                                             "first_ts", "last_ts", "n_points"])
-
-
 @pytest.mark.parametrize("workers", [1, 2])
 def test_batch_of_a_cheap_model_forecasts_what_fit_does(workers: int) -> None:
     panel = mixed_panel(12)  # two of 100 points: shorter than a day, forecast by naive
     store = Store.open(":memory:")
-    fill(store, panel)
+    fill_store(store, panel)
     report = batch.run_batch(store, get_forecaster("seasonal_naive"), horizon="3h",
                              quantiles=(0.1, 0.5, 0.9), workers=workers, chunk_size=4)
     short = {"c2/vc005/gpus_in_use", "c2/vc011/gpus_in_use"}
@@ -154,7 +142,7 @@ def test_batch_reads_rows_stored_in_any_order_and_writes_them_exactly() -> None:
     panel = panel[panel.groupby("series_id")["ts"].transform("size") >= 144]
     shuffled = panel.sample(frac=1.0, random_state=3)  # DuckDB returns them in no order
     store = Store.open(":memory:")
-    fill(store, shuffled)
+    fill_store(store, shuffled)
     ids = sorted(panel["series_id"].unique())
     chunks = list(_read_chunks(store, [*ids, "c0/absent/gpus_in_use"], 4))
     items = [item for chunk in chunks for item in chunk]
