@@ -23,10 +23,11 @@ from prism.config import get_settings
 from prism.errors import ConfigError, FileScanError, PrismError, SeriesNotFound
 from prism.schema import FileScan
 from prism.store_path import check_store_path
+from prism.store_scan import SCAN_EXPR
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _DDL = (
     "CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR)",
@@ -80,6 +81,12 @@ _DDL = (
     """CREATE TABLE IF NOT EXISTS evaluations (
         run_id VARCHAR PRIMARY KEY, kind VARCHAR, created_at TIMESTAMP, params VARCHAR,
         records VARCHAR)""",
+    # schema 3: served capacity plans, one row per scope and window (prism.track_record)
+    """CREATE TABLE IF NOT EXISTS capacity_plans (
+        cluster VARCHAR, scope VARCHAR, series_id VARCHAR, made_at TIMESTAMP,
+        valid_from TIMESTAMP, valid_to TIMESTAMP, gpus_planned DOUBLE, quantile DOUBLE,
+        model VARCHAR, served_by VARCHAR, created_at TIMESTAMP,
+        PRIMARY KEY (cluster, scope, valid_from, valid_to, quantile, model))""",
 )
 
 
@@ -89,13 +96,16 @@ class Store:
     Args:
         connection: an open DuckDB connection; the schema is created on it if missing.
         init_schema: create or check the schema (off for cursors of an already open store).
+        read_only: the connection was opened read-only (writes that may be skipped are).
 
     Raises:
         PrismError: when the database was written by a newer PRISM schema.
     """
 
-    def __init__(self, connection: duckdb.DuckDBPyConnection, *, init_schema: bool = True) -> None:
+    def __init__(self, connection: duckdb.DuckDBPyConnection, *, init_schema: bool = True,
+                 read_only: bool = False) -> None:
         self._conn = connection
+        self.read_only = read_only
         self._lock = threading.RLock()
         self._in_transaction = False
         # Stored times are UTC: DuckDB reads naive times of a TIMESTAMPTZ column (FileScan) and
@@ -142,11 +152,11 @@ class Store:
             conn = duckdb.connect(target, read_only=read_only, config=config)
         except duckdb.Error as exc:
             raise _open_error(target, exc) from exc
-        return cls(conn, init_schema=not read_only)
+        return cls(conn, init_schema=not read_only, read_only=read_only)
 
     def cursor(self) -> Store:
         """A store on a new cursor of the same database, for use by another thread."""
-        return Store(self._conn.cursor(), init_schema=False)
+        return Store(self._conn.cursor(), init_schema=False, read_only=self.read_only)
 
     def close(self) -> None:
         """Close the connection."""
@@ -187,6 +197,8 @@ class Store:
         frame: pd.DataFrame | pa.Table,
         columns: Sequence[str],
         constants: dict[str, Any] | None = None,
+        *,
+        replace: bool = False,
     ) -> int:
         """Append the named ``columns`` of ``frame`` (pandas or Arrow) to ``table``.
 
@@ -195,6 +207,7 @@ class Store:
             frame: the rows; columns matched by name.
             columns: the columns of ``frame`` to insert.
             constants: column -> value set on every row (bound as parameters).
+            replace: a row whose primary key is there replaces that row.
 
         Returns:
             The number of rows inserted.
@@ -209,8 +222,8 @@ class Store:
             self._settle()
             self._conn.register(view, frame)
             try:
-                self.execute(f'INSERT INTO {table} ({target}) SELECT {source} FROM "{view}"',
-                             list(constants.values()))
+                self.execute(f'INSERT {"OR REPLACE " * replace}INTO {table} ({target}) '
+                             f'SELECT {source} FROM "{view}"', list(constants.values()))
             finally:
                 self._conn.unregister(view)
         return len(frame) if isinstance(frame, pd.DataFrame) else frame.num_rows
@@ -254,7 +267,7 @@ class Store:
                 params.append(values[name])
             elif name in scan.fields:
                 i = scan.fields[name]
-                exprs.append(_SCAN_EXPR[scan.file_format][scan.column_types[i]].format(f"c{i}"))
+                exprs.append(SCAN_EXPR[scan.file_format][scan.column_types[i]].format(f"c{i}"))
             else:
                 continue
             targets.append(f'"{name}"')
@@ -548,6 +561,32 @@ class Store:
         table = pd.read_json(io.StringIO(str(row[3])), orient="records")
         return str(row[0]), pd.Timestamp(row[1]), str(row[2]), table
 
+    # -- served capacity plans (the track record) -------------------------------------------
+    def add_capacity_plans(self, frame: pd.DataFrame) -> int:
+        """Keep served plan rows (:data:`PLAN_COLUMNS`) in one transaction; a row of the same
+        ``cluster, scope, valid_from, valid_to, quantile, model`` replaces the one there.
+
+        Raises:
+            PrismError: when the store cannot take them (opened read-only, or another writer
+                changed the same rows at the same time).
+        """
+        try:
+            with self.transaction():
+                return self.insert_frame("capacity_plans", frame, PLAN_COLUMNS, {
+                    "created_at": pd.Timestamp.now("UTC").tz_localize(None)}, replace=True)
+        except duckdb.Error as exc:
+            raise PrismError(f"cannot record the plan: {str(exc).splitlines()[0]}") from exc
+
+    def capacity_plans(self, cluster: str) -> pd.DataFrame:
+        """A cluster's served plan rows (:data:`PLAN_COLUMNS` and ``created_at``) by window
+        and scope; none in a read-only store of schema 2 (it lacks the table)."""
+        if not self.fetch_all("SELECT 1 FROM duckdb_tables() WHERE table_name = ?",
+                              ["capacity_plans"]):
+            return pd.DataFrame(columns=[*PLAN_COLUMNS, "created_at"])
+        return self.fetch_df("""SELECT * FROM capacity_plans WHERE cluster = ?
+                                ORDER BY valid_from, valid_to, scope, model, quantile""",
+                             [cluster])
+
     # -- batch runs (prism.batch) -----------------------------------------------------------
     def load_panel_block(self, series_ids: Sequence[str]) -> pd.DataFrame:
         """The panel of a block of series (ids absent from the store are simply absent).
@@ -703,29 +742,11 @@ class Store:
         return frame
 
 
+#: Columns of a served capacity plan row (``capacity_plans``, :mod:`prism.track_record`).
+PLAN_COLUMNS = ("cluster", "scope", "series_id", "made_at", "valid_from", "valid_to",
+                "gpus_planned", "quantile", "model", "served_by")
 _BATCH_FORECAST_COLUMNS = ("series_id", "cutoff", "ts", "model", "mean", "quantiles", "value")
 _BATCH_SERIES_COLUMNS = ("series_id", "status", "fallback_reason", "seconds", "n_rows")
-# How FileScan columns become canonical values. CSV columns are read as text and parsed with
-# try_ functions, so that a value that does not parse does not abort the transaction: it becomes
-# NaN (numbers) or year 1 (times), which the ingest's checks catch. Times in the usual ISO form
-# take strptime (the fast path); others, with a zone suffix or fractions, go through TIMESTAMPTZ
-# (the session is UTC: naive times are UTC). A bare TIMESTAMP cast would drop a +02:00 suffix.
-_SCAN_EXPR = {
-    "csv": {
-        "text": "nullif({0}, '')",
-        "number": "CASE WHEN {0} IS NULL THEN NULL "
-                  "ELSE coalesce(try_cast({0} AS DOUBLE), 'nan'::DOUBLE) END",
-        "time": "CASE WHEN {0} IS NULL THEN NULL "
-                "ELSE coalesce(try_strptime({0}, '%Y-%m-%dT%H:%M:%S'), "
-                "timezone('UTC', try_cast({0} AS TIMESTAMPTZ)), '0001-01-01'::TIMESTAMP) END",
-    },
-    "parquet": {  # typed columns: a cast that fails aborts (the ingest then reads it again)
-        "text": "nullif(CAST({0} AS VARCHAR), '')",
-        "number": "CAST({0} AS DOUBLE)",
-        "time": "timezone('UTC', CAST({0} AS TIMESTAMPTZ))",
-        "utc_time": "CAST({0} AS TIMESTAMP)",  # no zone conversion: 0.16 s per 1M values
-    },
-}
 
 
 @contextlib.contextmanager
@@ -761,7 +782,7 @@ def _polling(
 
 
 _INSERTABLE = {"jobs", "samples", "capacity", "rejects", "series_values", "series", "ingests",
-               "forecast_errors", "batch_forecasts", "batch_series"}
+               "forecast_errors", "batch_forecasts", "batch_series", "capacity_plans"}
 
 
 def _open_error(target: str, exc: duckdb.Error) -> ConfigError:

@@ -12,7 +12,9 @@ injected bursts) keep building their own.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
+from html import unescape
 from pathlib import Path
 from typing import Any
 
@@ -144,3 +146,13 @@ def write_series_store(folder: Path, series: Mapping[str, Any], capacity: str, *
                  freq, "-q"]) == 0
     assert main(["--db", str(db), "ingest", str(table), "--format", "capacity-csv", "-q"]) == 0
     return db
+
+
+def table_cells(row_html: str) -> dict[str, str]:
+    """``data-field`` -> ``data-value`` (else the text) of one row of a report's table."""
+    out = {}
+    for name, attrs, text in re.findall(r"<td[^>]*data-field='(\w+)'([^>]*)>(.*?)</td>",
+                                        row_html):
+        value = re.search(r"data-value='([^']+)'", attrs)
+        out[name] = value.group(1) if value else unescape(text)
+    return out

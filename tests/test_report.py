@@ -28,7 +28,7 @@ from prism.usecases.capacity import SavedModels
 from prism.usecases.report import capacity_report
 from service.app import create_app
 from tests import chromium
-from tests.factories import write_series_store
+from tests.factories import table_cells, write_series_store
 from tests.service.conftest import LiveServer
 
 START = pd.Timestamp("2026-01-05")
@@ -327,16 +327,6 @@ def planner(tmp_path_factory: pytest.TempPathFactory) -> Planner:
     return Planner(db, response.json(), output.read_text(encoding="utf-8"), output)
 
 
-def _cells(row_html: str) -> dict[str, str]:
-    """``data-field`` -> ``data-value`` (else the text) of one table row."""
-    out = {}
-    for name, attrs, text in re.findall(r"<td[^>]*data-field='(\w+)'([^>]*)>(.*?)</td>",
-                                        row_html):
-        value = re.search(r"data-value='([^']+)'", attrs)
-        out[name] = value.group(1) if value else unescape(text)
-    return out
-
-
 def test_one_planning_table_totals_one_partition(planner: Planner) -> None:
     html = planner.html
     # one planning table for the cluster, none per scope
@@ -346,7 +336,7 @@ def test_one_planning_table_totals_one_partition(planner: Planner) -> None:
     assert table is not None
     assert "adds up the 2 VC(s) (vc1, vc2)" in table.group(1)
     assert "all, gpu:V100 count the same GPUs again and are not added" in table.group(1)
-    rows = [_cells(r) for r in re.findall(r"<tr>(.*?)</tr>", table.group(2))]
+    rows = [table_cells(r) for r in re.findall(r"<tr>(.*?)</tr>", table.group(2))]
     assert rows and all(float(r["series"]) == 2 for r in rows)
     shown = {(r["plan"], r["block"]): float(r["idle_gpu_hours"]) for r in rows}
     # the references replayed on the VCs alone add up to the table; on every scope they would
@@ -377,7 +367,7 @@ def test_the_capacity_total_is_the_vcs_and_the_apis(planner: Planner) -> None:
     total = re.search(r"<tfoot><tr class='total' data-total='vcs' data-scopes='vc1 vc2'>(.*?)"
                       r"</tr></tfoot>", planner.html)
     assert total is not None and planner.html.count("class='total'") == 1
-    cells = _cells(total.group(1))
+    cells = table_cells(total.group(1))
     assert cells["scope"] == "total of the VCs"
     expected = _api_totals(planner.api)
     for field in TOTAL_FIELDS:

@@ -75,7 +75,7 @@ def test_a_version_1_store_is_upgraded(tmp_path: Path) -> None:
     conn.execute("INSERT INTO meta VALUES ('schema_version', '1')")
     conn.close()
     with Store.open(path) as store:
-        assert store.schema_version == SCHEMA_VERSION == 2
+        assert store.schema_version == SCHEMA_VERSION == 3
         tables = {r[0] for r in store.fetch_all("SELECT table_name FROM duckdb_tables()")}
     assert {"forecast_cache", "forecast_errors", "series"} <= tables
 

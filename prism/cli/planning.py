@@ -131,7 +131,7 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
             store, args.cluster, source, scope=args.scope, horizon=args.horizon,
             quantile=args.quantile, capacity_table=capacities, reservations=reservations,
             growth=args.growth, watts=_watts(args.watts_per_gpu), choice=choice,
-            progress=bar)
+            progress=bar, record=None if args.no_record else "cli")
         if args.procurement is not None:
             procurement = plan_cluster_procurement(
                 store, args.cluster, scope=args.scope, horizon=args.procurement,
@@ -264,7 +264,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
         result = capacity_report(
             store, source, clusters=args.cluster, horizon=args.horizon,
             quantile=args.quantile, capacity_table=capacities, watts=_watts(args.watts_per_gpu),
-            output=args.output, pdf=args.pdf, max_unmet=max_unmet,
+            output=args.output, pdf=args.pdf, max_unmet=max_unmet, record=not args.no_record,
             # its stages, counted on one bar
             progress=(lambda _stage, done, n: bar("report", done, n)) if bar else None)
     _notes(source)
@@ -282,6 +282,8 @@ def _plan_flags(p: argparse.ArgumentParser) -> None:
                    help="choose each scope's quantile from the planning backtest: the "
                    "cheapest leaving at most this share of demand unmet, e.g. 0.3%% or 0.003 "
                    "(--quantile is then the fallback of a scope without a backtest)")
+    p.add_argument("--no-record", action="store_true",
+                   help="do not keep the plan in the store for the report's track record")
     _model_flags(p)
 
 

@@ -50,7 +50,9 @@ from prism.reports.tables import (
     pct,
     planning_table_html,
     table_html,
+    track_record_table_html,
 )
+from prism.track_record import TrackRecord, track_record_warnings
 
 logger = logging.getLogger(__name__)
 
@@ -97,6 +99,7 @@ class ClusterSection:
             else ``all``; ``prism.evaluation.planning`` columns), or ``None``.
         planning_by_series: the same per series.
         planning_note: how the planning backtest was run, or why there is none.
+        track_record: the plans served before, against what happened, or ``None``.
     """
 
     cluster: str
@@ -105,6 +108,7 @@ class ClusterSection:
     planning: pd.DataFrame | None = None
     planning_by_series: pd.DataFrame | None = None
     planning_note: str = ""
+    track_record: TrackRecord | None = None
 
 
 @dataclass(frozen=True)
@@ -218,9 +222,24 @@ def _cluster_html(section: ClusterSection, data: ReportData) -> str:
     if section.planning is not None and not section.planning.empty:
         scopes = [r.scope for r in rows]
         out.append(planning_table_html(section.planning, partition(scopes), scopes))
+    if section.track_record is not None:
+        out.append(_track_record_html(section.track_record, [r.scope for r in rows]))
     for scope in section.scopes:
         out.append(_scope_html(scope, section, data))
     out.append("</section>")
+    return "\n".join(out)
+
+
+def _track_record_html(record: TrackRecord, scopes: Sequence[str]) -> str:
+    """The track record of the served plans: the note, the warnings and one table over the
+    partition of the scopes (a total per model)."""
+    out = [f"<h3 id='track-record-{anchor(record.cluster)}'>Track record of served plans</h3>",
+           f"<p class='meta' data-kind='track-record'>{escape(record.note())}</p>"]
+    for warning in track_record_warnings(record.summary):
+        out.append(f"<p class='warning' data-kind='track-record'>{escape(warning)}</p>")
+    if not record.summary.empty:
+        part = partition(scopes)
+        out.append(track_record_table_html(record.summary, part, scopes))
     return "\n".join(out)
 
 
@@ -457,6 +476,13 @@ def _definitions_html(data: ReportData) -> str:
         "(1d or 1h), set before the day from the day-ahead forecast's quantile; idle GPU-hours "
         "= sum of max(level - actual, 0), unmet = sum of max(actual - level, 0) over the "
         "demand; saved = 1 - idle / idle of the static historical peak.</li>"
+        "<li><b>Track record</b>: the plans PRISM served before (<code>prism capacity</code>, "
+        "<code>GET /v1/capacity</code>, <code>prism report</code>; kept in the store's "
+        "<code>capacity_plans</code> table), each scored once its window has passed: unmet = "
+        "sum of max(in use - planned, 0) over the GPU-hours in use, idle GPU-h = sum of "
+        "max(planned - in use, 0), coverage = the share of windows whose peak in use stayed "
+        "within the plan (to compare with the quantile); the same for yesterday's peak (each "
+        "scope at its peak of the day before the window) on the same windows.</li>"
         "<li><b>Recommendation</b>: VCs short at the quantile first borrow the spare GPUs "
         "of the others for the window (the moves); only what no VC can lend is added, and "
         "spare GPUs nobody borrows, unused over the last 7 days too, are released. Add and "

@@ -11,7 +11,7 @@ Numbers in tables carry their exact value in ``data-value`` (the text shows it r
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from html import escape
 from typing import Any
@@ -51,6 +51,21 @@ PLANNING_COLUMNS: tuple[tuple[str, str, int | None], ...] = (
     ("saved_share", "saved vs static", -1),
     ("unmet_gpu_hours", "unmet GPU-h", 1),
     ("unmet_share", "unmet share", -2),
+)
+
+
+TRACK_RECORD_COLUMNS: tuple[tuple[str, str, int | None], ...] = (
+    ("model", "model", None),
+    ("scope", "scope", None),
+    ("plans", "plans", 0),
+    ("quantile", "quantile", -1),
+    ("in_use_gpu_hours", "in use GPU-h", 1),
+    ("unmet_share", "unmet share", -2),
+    ("idle_gpu_hours", "idle GPU-h", 1),
+    ("coverage", "coverage", -1),
+    ("rule_unmet_share", "yesterday's peak: unmet share", -2),
+    ("rule_idle_gpu_hours", "yesterday's peak: idle GPU-h", 1),
+    ("rule_coverage", "yesterday's peak: coverage", -1),
 )
 
 
@@ -147,6 +162,19 @@ def planning_table_html(table: pd.DataFrame, part: Partition, scopes: Sequence[s
                              "data-scopes": " ".join(part.scopes)}, caption=caption)
 
 
+def track_record_table_html(summary: pd.DataFrame, part: Partition,
+                            scopes: Sequence[str]) -> str:
+    """The track record of served plans: one ``<tr data-model data-scope>`` per model and
+    scope of ``part``, and a ``<tr class='total'>`` per model over them."""
+    def marks(record: dict[str, Any]) -> dict[str, str]:
+        total = {"class": "total"} if record["scope"] == "total" else {}
+        return {**total, "data-model": str(record["model"]), "data-scope": str(record["scope"])}
+
+    return table_html(summary, TRACK_RECORD_COLUMNS, css="track-record",
+                      attrs={"data-partition": part.kind, "data-scopes": " ".join(part.scopes)},
+                      caption=_total_words(part, scopes), row_attrs=marks)
+
+
 def _short(part: Partition) -> str:
     return {"vcs": "the VCs", "all": "all", "gpu_types": "the GPU types"}[part.kind]
 
@@ -160,13 +188,16 @@ def _total_words(part: Partition, scopes: Sequence[str]) -> str:
 
 
 def table_html(frame: pd.DataFrame, columns: Sequence[tuple[str, str, int | None]], *,
-               css: str, attrs: dict[str, str] | None = None, caption: str = "") -> str:
-    """A frame as a table (negative decimals: a share shown as a percentage)."""
+               css: str, attrs: dict[str, str] | None = None, caption: str = "",
+               row_attrs: Callable[[dict[str, Any]], dict[str, str]] | None = None) -> str:
+    """A frame as a table (negative decimals: a share shown as a percentage; ``row_attrs``
+    gives each row's attributes from its record)."""
     cols = [c for c in columns if c[0] in frame.columns]
     head = "".join(f"<th class='{'text' if d is None else 'num'}'>{escape(h)}</th>"
                    for _, h, d in cols)
     body = []
-    for record in frame.to_dict("records"):
+    for raw in frame.to_dict("records"):
+        record = {str(k): v for k, v in raw.items()}
         cells = []
         for name, _, decimals in cols:
             value = record[name]
@@ -175,7 +206,9 @@ def table_html(frame: pd.DataFrame, columns: Sequence[tuple[str, str, int | None
                 cells.append(f"<td class='text' data-field='{name}'>{escape(text)}</td>")
             else:
                 cells.append(_number_cell(name, value, decimals))
-        body.append(f"<tr>{''.join(cells)}</tr>")
+        marks = "".join(f" {k}='{escape(v)}'" for k, v in
+                        (row_attrs(record) if row_attrs else {}).items())
+        body.append(f"<tr{marks}>{''.join(cells)}</tr>")
     extra = "".join(f" {k}='{escape(v)}'" for k, v in (attrs or {}).items())
     top = f"<caption>{escape(caption)}</caption>" if caption else ""
     return (f"<table class='{css}'{extra}>{top}<thead><tr>{head}</tr></thead>"

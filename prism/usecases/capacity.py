@@ -10,7 +10,8 @@ is here, the planning itself in :mod:`prism.capacity`, and the report
 With a target unmet share (``--max-unmet``, ``max_unmet=``), :func:`choose_cluster_quantiles`
 picks each scope's quantile from the planning backtest first. :func:`plan_cluster_procurement`
 is the plan for buying beside the day-ahead one (``--procurement 30d``): each scope's daily
-peaks projected from their trend (:mod:`prism.procurement`).
+peaks projected from their trend (:mod:`prism.procurement`). A served plan is kept in the
+store (:func:`record_plan`) so that the report can score it once its window has passed.
 """
 
 from __future__ import annotations
@@ -192,6 +193,7 @@ def plan_cluster_capacity(
     max_unmet: float | None = None,
     choice: QuantileChoices | None = None,
     progress: Progress | None = None,
+    record: str | None = None,
 ) -> CapacityPlan:
     """Plan a cluster's capacity: forecast each scope's GPUs in use and queued GPUs with
     ``source``, load capacities and recent peaks, and plan
@@ -220,6 +222,8 @@ def plan_cluster_capacity(
             choosing them here for ``max_unmet``.
         progress: called as ``progress(stage, done, total)`` per stage (``backtest`` when
             quantiles are chosen, ``forecast``, ``plan``).
+        record: who serves the plan (``cli``, ``api``, ``report``): keep the whole cluster's
+            plan in the store for its track record (:func:`record_plan`); ``None``: do not.
 
     Returns:
         The :class:`~prism.capacity.CapacityPlan` (with ``max_unmet``, each row's reason says
@@ -269,7 +273,47 @@ def plan_cluster_capacity(
             for r in plan.rows))
     if progress is not None:
         progress("plan", 1, 1)
+    if record is not None:
+        record_plan(store, plan, model=source.label, served_by=record, growth=growth)
     return plan.only(scope) if scope is not None else plan
+
+
+def record_plan(store: Store, plan: CapacityPlan, *, model: str, served_by: str,
+                growth: float = 1.0) -> int:
+    """Keep a served plan's rows in the store (``capacity_plans``) for its track record
+    (:mod:`prism.track_record`): per scope, the sized level (GPUs in use at the quantile plus
+    the queue allowance) over the window. The same plan recorded again (same scope, window,
+    quantile and model) replaces its rows. Recording never fails the plan: a read-only store,
+    a what-if (``growth`` other than 1) or a failed write is logged and skipped.
+
+    Args:
+        store: the store.
+        plan: the whole cluster's plan (not one scope's view).
+        model: the forecast source's label (``prism``, ``prism[use_rnn=false]``).
+        served_by: ``cli``, ``api`` or ``report``.
+        growth: the plan's growth factor.
+
+    Returns:
+        The rows recorded (0 when skipped).
+    """
+    from prism.errors import PrismError
+    from prism.store import PLAN_COLUMNS
+
+    if store.read_only or growth != 1.0 or not plan.rows:
+        logger.info("plan of %s not recorded: %s", plan.cluster,
+                    "the store is read-only" if store.read_only else
+                    "a what-if with growth" if growth != 1.0 else "no rows")
+        return 0
+    frame = pd.DataFrame([{
+        "cluster": r.cluster, "scope": r.scope, "series_id": r.series_id, "made_at": r.start,
+        "valid_from": r.start, "valid_to": r.end, "gpus_planned": float(r.gpus_needed),
+        "quantile": float(r.quantile), "model": model, "served_by": served_by}
+        for r in plan.rows], columns=list(PLAN_COLUMNS))
+    try:
+        return store.add_capacity_plans(frame)
+    except PrismError as exc:
+        logger.warning("plan of %s not recorded for its track record: %s", plan.cluster, exc)
+        return 0
 
 
 def _queue(frame: pd.DataFrame, recent: pd.DataFrame, series: PlannedSeries

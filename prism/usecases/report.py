@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from prism.capacity import CapacityPlan, Watts
     from prism.reports.capacity import ReportData, ScopeSection
     from prism.store import Store
+    from prism.track_record import TrackRecord
     from prism.usecases.forecast import ForecastSource
 
 #: Models the report's planning backtest runs itself (cheap); others come from
@@ -72,6 +73,7 @@ def capacity_report(
     pdf: bool = False,
     max_unmet: float | None = None,
     progress: Progress | None = None,
+    record: bool = False,
 ) -> CapacityReport:
     """The capacity report (one self-contained HTML page), written to ``output`` if named.
 
@@ -90,6 +92,8 @@ def capacity_report(
             ``"<cluster>: planning backtest"`` per cluster, then ``"render"`` and, with
             ``pdf``, ``"pdf"``), how many stages are done (1 to ``total``) and their total,
             fixed once the clusters are known.
+        record: keep each cluster's plan in the store for its track record (served by
+            ``report``; :func:`prism.usecases.capacity.record_plan`).
 
     Raises:
         ConfigError: for a bad output name or folder, or no Chromium with ``pdf``.
@@ -105,7 +109,7 @@ def capacity_report(
     tick = _Ticker(progress, len(_STAGES) * len(clusters) + 1 + int(pdf and path is not None))
     data = _report_data(store, clusters, source, horizon=horizon, quantile=quantile,
                         capacity_table=capacity_table, watts=watts, max_unmet=max_unmet,
-                        tick=tick)
+                        tick=tick, record=record)
     html = render_html(data)
     tick("render")
     printed = None
@@ -161,11 +165,14 @@ def _report_data(
     watts: Watts | None = None,
     max_unmet: float | None = None,
     tick: _Ticker | None = None,
+    record: bool = False,
 ) -> ReportData:
-    """Gather the report: per cluster the plan, histories, decompositions, planning."""
+    """Gather the report: per cluster the plan, histories, decompositions, planning and the
+    track record of the plans served before."""
     from datetime import UTC, datetime
 
     from prism.reports.capacity import ClusterSection, ReportData
+    from prism.reports.tables import partition
 
     tick = tick or _Ticker(None, 0)
     sections = []
@@ -173,17 +180,20 @@ def _report_data(
         recorded = _Recorded(source)
         plan = plan_cluster_capacity(store, cluster, recorded, horizon=horizon,
                                      quantile=quantile, capacity_table=capacity_table,
-                                     watts=watts, max_unmet=max_unmet)
+                                     watts=watts, max_unmet=max_unmet,
+                                     record="report" if record else None)
         tick(f"{cluster}: plan")
         forecasts = (pd.concat(recorded.frames, ignore_index=True) if recorded.frames
                      else plan.forecast)
         scopes = _scope_sections(store, plan, forecasts)
         tick(f"{cluster}: history and breakdown")
         planning, by_series, note = _report_planning(store, plan)
+        record_of = cluster_track_record(store, cluster,
+                                         partition(r.scope for r in plan.rows).scopes)
         tick(f"{cluster}: planning backtest")
         sections.append(ClusterSection(cluster=cluster, plan=plan, scopes=scopes,
                                        planning=planning, planning_by_series=by_series,
-                                       planning_note=note))
+                                       planning_note=note, track_record=record_of))
     accuracy, accuracy_note = None, ""
     saved = store.latest_evaluation("accuracy")
     if saved is not None:
@@ -310,6 +320,42 @@ def _report_planning(store: Store, plan: CapacityPlan
     by_series = by_series.drop_duplicates([SERIES_ID, "plan", "block"], keep="last")
     table = aggregate_plans(by_series, keys=("metric", "plan", "model", "quantile", "block"))
     return table, by_series, " ".join(notes)
+
+
+def cluster_track_record(store: Store, cluster: str, scopes: Sequence[str]) -> TrackRecord:
+    """The track record of a cluster's served plans (:mod:`prism.track_record`): the stored
+    plans whose window has passed and is in the store, scored against the GPUs in use and
+    yesterday's peak, summed over ``scopes`` (one partition of the cluster's scopes).
+
+    Args:
+        store: the store (the plans, the series).
+        cluster: the cluster.
+        scopes: the scopes the totals add up (the VCs, else ``all``: see ``_in_partition``).
+
+    Returns:
+        The :class:`~prism.track_record.TrackRecord` (empty frames when nothing is recorded).
+    """
+    from prism.schema import freq_seconds
+    from prism.track_record import TrackRecord, score_plans, summarise
+
+    known = store.list_series(cluster=cluster).set_index(SERIES_ID)
+    plans = store.capacity_plans(cluster)
+    plans = plans[plans["scope"].isin(list(scopes)) & plans[SERIES_ID].isin(known.index)]
+    if plans.empty:
+        empty = score_plans(plans, pd.DataFrame(columns=[SERIES_ID, "ts", "value"]), freq_s=1)
+        return TrackRecord(cluster, plans, empty, summarise(empty, scopes), tuple(scopes), None)
+    ids = sorted(set(plans[SERIES_ID].astype(str)))
+    freq_s = freq_seconds(str(known.loc[ids[0], "freq"]))
+    start = pd.Timestamp(plans["valid_from"].min()) - pd.Timedelta(days=1)
+    panel = store.load_panel(ids, start=start, end=pd.Timestamp(plans["valid_to"].max()))
+    scored = score_plans(plans, panel, freq_s=freq_s)
+    # a window not over yet: it ends after the last stored step of its series
+    stored_to = pd.to_datetime(plans[SERIES_ID].map(known["last_ts"])) + pd.Timedelta(
+        seconds=freq_s)
+    waiting = pd.to_datetime(plans["valid_to"])[pd.to_datetime(plans["valid_to"]) > stored_to]
+    return TrackRecord(cluster, plans.reset_index(drop=True), scored,
+                       summarise(scored, scopes), tuple(scopes),
+                       waiting.min().to_pydatetime() if len(waiting) else None)
 
 
 def _in_partition(series_id: str, cluster: str, scopes: Sequence[str]) -> bool:

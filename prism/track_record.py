@@ -1,0 +1,211 @@
+"""The track record of served capacity plans: each plan against what happened.
+
+``prism capacity``, ``GET /v1/capacity`` and ``prism report`` keep the plans they serve in the
+store (``capacity_plans``: per scope the sized level, GPUs in use at the quantile plus the
+queue allowance, over the window; :func:`prism.usecases.capacity.record_plan`). Once a plan's
+window has passed and the store holds the GPUs in use over all of it, :func:`score_plans`
+compares the level with what was in use, step by step:
+
+- **unmet GPU-hours**: ``sum(max(in use - level, 0))`` times the step in hours (demand above
+  the plan); the **unmet share** divides them by the GPU-hours in use;
+- **idle GPU-hours**: ``sum(max(level - in use, 0))`` times the step (capacity held unused);
+- **covered**: the peak in use over the window stayed at or below the level; the
+  **coverage** of a set of plans, the share covered, is what the plans' quantile promises.
+
+The same numbers are computed for the simple rule **yesterday's peak** (the level each plan
+would have had as the peak of its series over the day before its window) on the same windows,
+so that one sees whether the served plans beat it. A plan without data the day before its
+window is not scored. Plans whose windows overlap (a plan served every hour for the next day)
+are each scored on their own window: sums count such hours once per plan.
+
+Pure functions over frames: :mod:`prism.usecases.report` loads the plans and the series, the
+report (:mod:`prism.reports.capacity`) renders :func:`summarise` and :func:`warnings`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from prism.schema import SERIES_ID, TS
+
+#: The simple rule the plans are compared with.
+YESTERDAY = "yesterday's peak"
+#: Tolerance below which a difference of GPUs is rounding noise (stored values keep 3 decimals).
+_EPS = 1e-6
+#: Columns of :func:`score_plans`.
+SCORED_COLUMNS = ("cluster", "scope", "series_id", "model", "quantile", "valid_from",
+                  "valid_to", "gpus_planned", "yesterday_peak", "in_use_gpu_hours",
+                  "peak_in_use", "unmet_gpu_hours", "idle_gpu_hours", "covered",
+                  "rule_unmet_gpu_hours", "rule_idle_gpu_hours", "rule_covered")
+_DAY = pd.Timedelta(days=1)
+
+
+@dataclass(frozen=True)
+class TrackRecord:
+    """A cluster's served plans and how those that have ended did.
+
+    Attributes:
+        cluster: the cluster.
+        plans: every stored plan row (``capacity_plans``).
+        scored: one row per plan row scored (:func:`score_plans`).
+        summary: per model and scope of the partition, plus a total per model
+            (:func:`summarise`).
+        scopes: the partition of scopes the summary covers.
+        next_end: the end of the first stored plan not scored yet (its window has not
+            passed, or the store lacks data over it), or ``None``.
+    """
+
+    cluster: str
+    plans: pd.DataFrame
+    scored: pd.DataFrame
+    summary: pd.DataFrame
+    scopes: tuple[str, ...]
+    next_end: datetime | None
+
+    def note(self) -> str:
+        """What the record covers, or why it is empty, in one sentence."""
+        if self.plans.empty:
+            return ("No served plan is recorded yet: `prism capacity`, `GET /v1/capacity` and "
+                    "`prism report` record theirs.")
+        if self.scored.empty:
+            if self.next_end is None:
+                return ("No served plan can be scored: none has a day of data before its "
+                        "window (yesterday's peak).")
+            return (f"No served plan has ended yet: the first one ends at "
+                    f"{self.next_end:%Y-%m-%d %H:%M} UTC.")
+        first, last = self.scored["valid_from"].min(), self.scored["valid_to"].max()
+        text = (f"{len(self.scored)} served plan row(s) whose window has ended, from "
+                f"{first:%Y-%m-%d %H:%M} to {last:%Y-%m-%d %H:%M} UTC, against the GPUs in "
+                f"use and against {YESTERDAY} on the same windows")
+        pending = len(self.plans) - len(self.scored)
+        if pending and self.next_end is not None:
+            text += (f"; {pending} more not scored yet (the next ends at "
+                     f"{self.next_end:%Y-%m-%d %H:%M} UTC)")
+        return text + "."
+
+
+def score_plans(plans: pd.DataFrame, panel: pd.DataFrame, *, freq_s: int) -> pd.DataFrame:
+    """Score each plan row whose window the panel covers against the GPUs in use, and
+    yesterday's peak on the same window (see the module docstring).
+
+    Args:
+        plans: plan rows (``cluster, scope, series_id, model, quantile, valid_from, valid_to,
+            gpus_planned``; ``valid_to`` is the end of the window's last step).
+        panel: ``series_id, ts, value`` of the plans' series over their windows and the day
+            before.
+        freq_s: the series' step in seconds.
+
+    Returns:
+        :data:`SCORED_COLUMNS`, one row per plan row with every step of its window in the
+        panel and at least one value the day before it; GPU-hours in GPU times hours.
+    """
+    series = {str(sid): (g[TS].to_numpy(dtype="datetime64[ns]"),
+                         g["value"].to_numpy(dtype=np.float64))
+              for sid, g in panel.sort_values([SERIES_ID, TS]).groupby(SERIES_ID)}
+    step = np.timedelta64(int(freq_s), "s")
+    hours = freq_s / 3600.0
+    out = []
+    for plan in plans.to_dict("records"):
+        if str(plan["series_id"]) not in series:
+            continue
+        ts, values = series[str(plan["series_id"])]
+        start = np.datetime64(pd.Timestamp(plan["valid_from"]), "ns")
+        end = np.datetime64(pd.Timestamp(plan["valid_to"]), "ns")
+        lo, hi = np.searchsorted(ts, [start, end])
+        before = np.searchsorted(ts, start - np.timedelta64(_DAY))
+        if hi - lo < (end - start) // step or before == lo:
+            continue  # the window is not over (or not stored), or no day before it
+        seen = values[lo:hi]
+        level, rule = float(plan["gpus_planned"]), float(values[before:lo].max())
+        out.append({
+            **{k: plan[k] for k in SCORED_COLUMNS[:8]}, "yesterday_peak": rule,
+            "in_use_gpu_hours": float(seen.sum() * hours), "peak_in_use": float(seen.max()),
+            "unmet_gpu_hours": float(np.maximum(seen - level, 0).sum() * hours),
+            "idle_gpu_hours": float(np.maximum(level - seen, 0).sum() * hours),
+            "covered": bool(seen.max() <= level + _EPS),
+            "rule_unmet_gpu_hours": float(np.maximum(seen - rule, 0).sum() * hours),
+            "rule_idle_gpu_hours": float(np.maximum(rule - seen, 0).sum() * hours),
+            "rule_covered": bool(seen.max() <= rule + _EPS)})
+    return pd.DataFrame(out, columns=list(SCORED_COLUMNS))
+
+
+def summarise(scored: pd.DataFrame, scopes: Sequence[str]) -> pd.DataFrame:
+    """The track record per model and scope of ``scopes`` (one partition of the cluster, so
+    that each GPU counts once), plus a ``total`` row per model over them.
+
+    Returns:
+        ``model, scope, plans, quantile`` (the plans' mean quantile), ``in_use_gpu_hours,
+        unmet_gpu_hours, unmet_share, idle_gpu_hours, coverage`` and the same for yesterday's
+        peak prefixed ``rule_``, and ``beats`` (whether the plans beat it:
+        :func:`beats_rule`); empty when nothing of ``scopes`` is scored.
+    """
+    mine = scored[scored["scope"].isin(list(scopes))]
+    rows = []
+    for model, group in mine.groupby("model", sort=True):
+        for scope, part in [*sorted(group.groupby("scope")), ("total", group)]:
+            in_use = float(part["in_use_gpu_hours"].sum())
+            row: dict[str, Any] = {"model": str(model), "scope": str(scope), "plans": len(part),
+                   "quantile": float(part["quantile"].mean()), "in_use_gpu_hours": in_use}
+            for prefix in ("", "rule_"):
+                unmet = float(part[f"{prefix}unmet_gpu_hours"].sum())
+                row.update({f"{prefix}unmet_gpu_hours": unmet,
+                            f"{prefix}unmet_share": unmet / in_use if in_use > 0 else np.nan,
+                            f"{prefix}idle_gpu_hours": float(part[f"{prefix}idle_gpu_hours"]
+                                                             .sum()),
+                            f"{prefix}coverage": float(part[f"{prefix}covered"].mean())})
+            row["beats"] = beats_rule(row)
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def beats_rule(row: dict[str, Any]) -> bool:
+    """Whether the plans did not lose to yesterday's peak: they lose when they left more
+    demand unmet at no fewer idle GPU-hours, or as much unmet at more idle GPU-hours."""
+    unmet, rule_unmet = row["unmet_gpu_hours"], row["rule_unmet_gpu_hours"]
+    idle, rule_idle = row["idle_gpu_hours"], row["rule_idle_gpu_hours"]
+    worse_unmet = unmet > rule_unmet + _EPS
+    worse_idle = idle > rule_idle + _EPS
+    return not ((worse_unmet and idle >= rule_idle - _EPS)
+                or (worse_idle and unmet >= rule_unmet - _EPS))
+
+
+def track_record_warnings(summary: pd.DataFrame) -> list[str]:
+    """Plain-words warnings on each model's total: where its served plans lost to
+    yesterday's peak, and where fewer windows stayed within the plan than the plans'
+    quantile promises.
+
+    Returns:
+        One sentence per finding (none for an empty summary).
+    """
+    if summary.empty:
+        return []
+    out = []
+    for r in summary[summary["scope"] == "total"].to_dict("records"):
+        name, n = r["model"], int(r["plans"])
+        if not r["beats"]:
+            out.append(
+                f"{name}'s served plans do not beat {YESTERDAY}: over {n} ended plan row(s) "
+                f"they left {_pct2(r['unmet_share'])} of the GPU-hours in use unmet with "
+                f"{r['idle_gpu_hours']:,.1f} idle GPU-hours, while provisioning each scope at "
+                f"its peak of the day before would have left {_pct2(r['rule_unmet_share'])} "
+                f"unmet with {r['rule_idle_gpu_hours']:,.1f} idle GPU-hours.")
+        if r["coverage"] < r["quantile"] - _EPS:
+            out.append(
+                f"{name}'s served plans covered fewer windows than their quantile promises: "
+                f"the peak in use stayed within the plan in {_pct1(r['coverage'])} of {n} "
+                f"window(s), for plans sized at p{r['quantile'] * 100:.3g} on average.")
+    return out
+
+
+def _pct1(value: float) -> str:
+    return f"{float(value) * 100:.1f} %"
+
+
+def _pct2(value: float) -> str:
+    return "n/a" if pd.isna(value) else f"{float(value) * 100:.2f} %"
