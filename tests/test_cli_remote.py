@@ -97,8 +97,9 @@ def test_ingest_beside_the_server_adds_rows_once(
 def test_capacity_forecast_refit_report_and_export(
         served: tuple[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     db, _ = served
+    # naive: this checks the remote path, not PRISM's fits (the server fits each series)
     assert main(["--db", db, "capacity", "--cluster", CLUSTER, "--horizon", "6h",
-                 "--json"]) == 0
+                 "--model", "naive", "--json"]) == 0
     plan = json.loads(capsys.readouterr().out)
     rows = plan["rows"]
     assert {r["scope"] for r in rows} >= {"all"}
@@ -107,7 +108,8 @@ def test_capacity_forecast_refit_report_and_export(
     assert sum(r["net_gpus"] for r in vcs) == next(
         r["net_gpus"] for r in rows if r["scope"] == "all")
     assert all(m["gpus"] > 0 for m in plan["moves"])
-    assert main(["--db", db, "capacity", "--cluster", CLUSTER, "--horizon", "6h"]) == 0
+    assert main(["--db", db, "capacity", "--cluster", CLUSTER, "--horizon", "6h",
+                 "--model", "naive"]) == 0
     text = capsys.readouterr().out
     assert "why:" in text and "queue allowance" in text
     assert main(["--db", db, "capacity", "--cluster", CLUSTER, "--refit"]) != 0
@@ -124,7 +126,8 @@ def test_capacity_forecast_refit_report_and_export(
     assert "refits" in capsys.readouterr().out
 
     page = tmp_path / "report.html"
-    assert main(["--db", db, "report", "--cluster", CLUSTER, "--output", str(page)]) == 0
+    assert main(["--db", db, "report", "--cluster", CLUSTER, "--model", "naive",
+                 "--output", str(page)]) == 0
     assert page.read_text(encoding="utf-8").lstrip().lower().startswith("<!doctype html")
 
     panel = tmp_path / "panel.parquet"
