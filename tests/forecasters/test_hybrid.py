@@ -145,3 +145,29 @@ def test_weights_score_only_what_happened_before_each_end() -> None:
     np.testing.assert_allclose(weights[1][:, 4], np.array([0.1, 1.0]) / 1.1)
     np.testing.assert_array_equal(weights[2], np.full((2, 6), 0.5))  # origin not before end
     np.testing.assert_array_equal(weights[3], np.full((2, 6), 0.5))  # origin out of window
+
+
+def test_idle_and_nearly_idle_series_stay_at_zero_and_never_go_negative() -> None:
+    """Real clusters have VCs that hold no GPU for weeks and VCs that use one now and then:
+    the default PRISM forecasts 0 for the first, and neither a mean nor a band below 0 for a
+    small count series, in a panel whose other series cycles."""
+    days = 14
+    t = np.arange(144 * days)
+    rng = np.random.default_rng(0)
+    blips = np.zeros(len(t))
+    for start in rng.choice(len(t) - 6, days // 2, replace=False):  # an hour, now and then
+        blips[start:start + 6] = 1.0
+    panel = _panel({"busy": 50 + 20 * np.sin(2 * np.pi * t / 144) + rng.normal(0, 2, len(t)),
+                    "idle": np.zeros(len(t)), "blips": blips,
+                    "counts": rng.poisson(0.7, len(t)).astype(float)})
+    forecast = get_forecaster("prism").fit(panel).predict("1d", quantiles=[0.05, 0.5, 0.95])
+    by = {sid: f for sid, f in forecast.groupby("series_id")}
+    idle = by["idle"][["mean", "p5", "p50", "p95"]].to_numpy()
+    assert np.array_equal(idle, np.zeros_like(idle))
+    blip = by["blips"]  # up 2 % of the time, at random: the median and the mean stay at 0
+    assert (blip["p50"] == 0).all() and blip["mean"].max() < 0.1
+    counts = by["counts"]
+    assert (counts[["mean", "p5", "p50", "p95"]].to_numpy() >= 0).all()
+    assert (counts["p95"] >= 1).all()  # a count series of mean 0.7 is not a point mass
+    busy = by["busy"]["mean"].to_numpy()
+    assert busy.max() - busy.min() > 20  # the cycle is forecast, not flattened
