@@ -323,10 +323,13 @@ class PrismClient:
         quantile: float = 0.95,
         model: str | None = None,
         max_unmet: float | str | None = None,
+        record: bool = True,
     ) -> tuple[list[CapacityRow], list[CapacityMove]]:
-        """The capacity rows and the moves between VCs that come before any purchase."""
+        """The capacity rows and the moves between VCs that come before any purchase
+        (``record=False``: the server does not keep the plan for its track record)."""
         data = self._capacity(cluster, scope=scope, horizon=horizon, quantile=quantile,
-                              model=model, max_unmet=max_unmet)
+                              model=model, max_unmet=max_unmet,
+                              record=None if record else "false")
         return ([CapacityRow.from_json(r) for r in data["rows"]],
                 [CapacityMove(**{k: m[k] for k in CapacityMove.__dataclass_fields__})
                  for m in data.get("moves", [])])
@@ -358,9 +361,13 @@ class PrismClient:
         return data
 
     def capacity_report(self, *, cluster: str | None = None, horizon: str = "1d",
-                        quantile: float = 0.95, model: str | None = None) -> str:
-        """The capacity report (one self-contained HTML page), as ``prism report``."""
+                        quantile: float = 0.95, model: str | None = None,
+                        record: bool = True) -> str:
+        """The capacity report (one self-contained HTML page), as ``prism report``
+        (``record=False``: the server does not keep its plan for the track record)."""
         query = {"horizon": horizon, "quantile": f"{quantile:g}"}
+        if not record:
+            query["record"] = "false"
         if cluster:
             query["cluster"] = cluster
         if model:

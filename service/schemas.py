@@ -377,6 +377,8 @@ class CapacityQuery(BaseModel):
         "the cheapest leaving at most this share of demand unmet, as a fraction (0.003) or a "
         "percentage (0.3%); quantile is then the fallback of a scope without a backtest",
         json_schema_extra={"examples": [0.003]})
+    record: bool = Field(default=True, description="keep the served plan in the store for "
+                         "the report's track record (false: a what-if)")
 
     @field_validator("max_unmet", mode="before")
     @classmethod
@@ -554,6 +556,8 @@ class ReportQuery(BaseModel):
     horizon: Horizon = "1d"
     quantile: Quantile = 0.95
     model: ModelAlias | None = None
+    record: bool = Field(default=True, description="keep the served plan in the store for "
+                         "the report's track record (false: a what-if)")
 
 
 # -- ingest -------------------------------------------------------------------------------------

@@ -58,7 +58,7 @@ def get_capacity(q: Annotated[CapacityQuery, Query()], server: ServerDep,
     plan = plan_cluster_capacity(
         store, q.cluster, source, scope=q.scope, horizon=q.horizon, quantile=q.quantile,
         reservations=[parse_reservation(r) for r in q.reservation], growth=q.growth,
-        watts=watts, choice=choice, record="api")
+        watts=watts, choice=choice, record="api" if q.record else None)
     server.note_capacity(plan)  # for the capacity gauges of /v1/metrics/forecasts
     procurement = None
     if q.procurement is not None:
@@ -96,5 +96,5 @@ def get_capacity_report(q: Annotated[ReportQuery, Query()], server: ServerDep,
     """The capacity report (what ``prism report`` writes) as one self-contained HTML page."""
     page = report_uc.capacity_report(
         store, HubModels(server, q.model), clusters=[q.cluster] if q.cluster else None,
-        horizon=q.horizon, quantile=q.quantile, record=True)
+        horizon=q.horizon, quantile=q.quantile, record=q.record)
     return HTMLResponse(page.html)
