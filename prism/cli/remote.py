@@ -169,9 +169,9 @@ def run_capacity(args: argparse.Namespace, info: ServerInfo) -> int:
             or getattr(args, "refit", False) or getattr(args, "models_dir", None)
             or getattr(args, "procurement", None)):
         raise ConfigError("through the server, `prism capacity` takes --scope, --horizon, "
-                          "--quantile, --max-unmet, --no-record and --model (the server's own saved "
-                          "models); stop the server for the other options (the procurement "
-                          "plan: GET /v1/capacity?procurement=30d)")
+                          "--quantile, --max-unmet, --no-record and --model (the server's own "
+                          "saved models); stop the server for the other options (the "
+                          "procurement plan: GET /v1/capacity?procurement=30d)")
     with _client(info) as client:
         rows, moves = client.capacity_plan(args.cluster, scope=args.scope,
                                            horizon=args.horizon, quantile=args.quantile,
@@ -211,7 +211,8 @@ def run_report(args: argparse.Namespace, info: ServerInfo) -> int:
             or getattr(args, "refit", False) or getattr(args, "models_dir", None)
             or getattr(args, "max_unmet", None) is not None):
         raise ConfigError("through the server, `prism report` takes one --cluster, --horizon,"
-                          " --quantile, --no-record and --model; stop the server for the other options")
+                          " --quantile, --no-record and --model; stop the server for the "
+                          "other options")
     path = output_path(args.output, (".html", ".htm"))
     with _client(info) as client:
         page = client.capacity_report(cluster=args.cluster[0] if args.cluster else None,
