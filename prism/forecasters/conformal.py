@@ -23,18 +23,9 @@ have to stretch (or could shrink) around the median to hold 90 % of those origin
 scales every level's offset from the median (clipped to 0.5-4; :func:`calibrate`). Those
 origins' errors overlap more the further ahead they look, so the stretch is taken at split
 conformal's finite-sample level for the number of independent windows they hold
-(:func:`drift_level`: 0.90 an hour ahead, about 0.93 a day ahead).
-
-**Adaptive conformal inference.** That check rests on the latest origins alone, a couple of
-independent windows a day ahead. A second estimate of the same stretch runs adaptive conformal
-inference through all the calibration origins in time order (:func:`adaptive_factors`): each
-origin's band is built from the errors seen before it, and the miss rate moves by
-``ACI_GAMMA`` times the gap between the nominal and the observed misses. The stretch applied
-is the geometric mean of the two. On `naive`'s bands over the accuracy benchmark's 7 panels
-(28 cutoffs), it leaves 5 panel-horizons outside 88-92 % instead of 7 (Helios a day ahead
-0.872 and 0.882, were 0.861 and 0.869); ACI alone over-covered the single-series panels
-(Philly 0.957 a day ahead). On a synthetic panel whose volatility triples four days before
-the backtest, the 90 % bands cover 88-92 % (``tests/forecasters/test_stacking.py``).
+(:func:`drift_level`: 0.90 an hour ahead, about 0.93 a day ahead). On a
+synthetic panel whose volatility triples four days before the backtest, the 90 % bands cover
+88-92 % with it (``tests/forecasters/test_stacking.py``).
 
 A forecast's bands (:func:`bands`) are its mean (or native quantiles) plus the offsets of each
 step ahead, interpolated between blocks and widened with the square root of the step beyond
@@ -76,12 +67,6 @@ _DRIFT_GROUPS_S = (3_600, 21_600, 86_400)
 _DRIFT_CLIP = (0.5, 4.0)
 #: The origins after this share of the calibration origins check the bands.
 _DRIFT_SPLIT = 2 / 3
-#: Step size of adaptive conformal inference's miss rate (:func:`adaptive_factors`).
-ACI_GAMMA = 0.05
-#: ACI needs bands at this many origins to set a stretch.
-ACI_MIN_STEPS = 8
-#: The miss rate ACI's bands are taken at stays within these.
-_ACI_ALPHA = (0.002, 0.5)
 
 
 @dataclass
@@ -147,59 +132,8 @@ def calibrate(history: FloatArray, ends: IntArray, mean: FloatArray, quantiles: 
                 need = np.minimum(need, 2 * _DRIFT_CLIP[1])
                 level = drift_level(_late_span(ends), _group_steps(g, freq_s, mean.shape[1]))
                 factors[g] = float(np.clip(np.quantile(need, level), *_DRIFT_CLIP))
-        factors = np.sqrt(factors * adaptive_factors(history, ends, mean, freq_s))
         calibration = _rescaled(calibration, factors, freq_s)
     return calibration, factors
-
-
-def adaptive_factors(history: FloatArray, ends: IntArray, mean: FloatArray,
-                     freq_s: int) -> FloatArray:
-    """Per horizon group, the stretch of the central band that adaptive conformal inference
-    (ACI, Gibbs and Candes 2021) ends the calibration origins at.
-
-    The origins are taken in time order. Each one's band, at miss rate ``alpha`` (starting
-    at ``1 - TRACKED_LEVEL``), is built only from the errors of the earlier origins whose
-    steps in the group had been observed by then (day-ahead errors arrive a day late). The
-    share ``miss`` of its errors outside that band then moves the rate:
-    ``alpha += ACI_GAMMA * (1 - TRACKED_LEVEL - miss)``. The stretch is the ratio of the
-    width of all origins' errors between the final ``alpha``'s quantiles to their width at
-    ``TRACKED_LEVEL`` (clipped as the drift check's; 1 where fewer than ``ACI_MIN_STEPS``
-    origins had a band).
-    """
-    n = len(history)
-    steps = mean.shape[1]
-    k = np.arange(steps)
-    target = ends[:, None] + k[None, :]
-    err = np.where(target < n, history[np.minimum(target, n - 1)] - mean, np.nan)
-    groups = _drift_group(k + 1, freq_s)
-    nominal = 1.0 - TRACKED_LEVEL
-    factors = np.ones(len(_DRIFT_GROUPS_S) + 1)
-    for g in range(len(factors)):
-        cols = np.flatnonzero(groups == g)
-        if not len(cols):
-            continue
-        reach = int(cols.max()) + 1  # steps until an origin's errors in the group are known
-        group_err = err[:, cols]
-        alpha, updates = nominal, 0
-        for i in range(len(ends)):
-            pool = group_err[ends + reach <= ends[i]].ravel()
-            pool = pool[np.isfinite(pool)]
-            mine = group_err[i][np.isfinite(group_err[i])]
-            if len(pool) < MIN_BLOCK_RESIDUALS or not len(mine):
-                continue
-            a = float(np.clip(alpha, *_ACI_ALPHA))
-            lo, hi = np.quantile(pool, [a / 2, 1 - a / 2])
-            alpha += ACI_GAMMA * (nominal - float(np.mean((mine < lo) | (mine > hi))))
-            updates += 1
-        seen = group_err[np.isfinite(group_err)]
-        if updates < ACI_MIN_STEPS:
-            continue
-        a = float(np.clip(alpha, *_ACI_ALPHA))
-        base = np.quantile(seen, [nominal / 2, 1 - nominal / 2])
-        want = np.quantile(seen, [a / 2, 1 - a / 2])
-        if base[1] > base[0]:
-            factors[g] = float(np.clip((want[1] - want[0]) / (base[1] - base[0]), *_DRIFT_CLIP))
-    return factors
 
 
 def drift_level(span: float, horizon: float) -> float:
