@@ -13,11 +13,13 @@ injected bursts) keep building their own.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Mapping, Sequence
 from html import unescape
 from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
 import pandas as pd
 
@@ -156,3 +158,15 @@ def table_cells(row_html: str) -> dict[str, str]:
         value = re.search(r"data-value='([^']+)'", attrs)
         out[name] = value.group(1) if value else unescape(text)
     return out
+
+
+def get_when_fitted(url: str, params: dict[str, str], *, tries: int = 60) -> httpx.Response:
+    """GET, waiting out 503s (a model being fitted on a busy machine) as a client would;
+    the answer must then be 200."""
+    for _ in range(tries):
+        response = httpx.get(url, params=params, timeout=120)
+        if response.status_code != 503:
+            break
+        time.sleep(float(response.headers.get("Retry-After", "1")))
+    assert response.status_code == 200, response.text[:500]
+    return response

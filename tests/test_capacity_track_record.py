@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from html import unescape
 from pathlib import Path
 
@@ -23,7 +22,7 @@ from prism.store import PLAN_COLUMNS, SCHEMA_VERSION, Store
 from prism.track_record import score_plans, summarise, track_record_warnings
 from prism.usecases.capacity import plan_cluster_capacity
 from service.app import create_app
-from tests.factories import HandForecasts, table_cells, write_series_store
+from tests.factories import HandForecasts, get_when_fitted, table_cells, write_series_store
 from tests.service.conftest import LiveServer
 
 START = pd.Timestamp("2026-01-05")
@@ -77,17 +76,6 @@ def _by_hand(values: np.ndarray, start: pd.Timestamp, hours: float, level: float
 
 
 # -- recording ---------------------------------------------------------------------------------
-def _get_fitted(url: str, query: dict[str, str]) -> httpx.Response:
-    """GET, retrying its 503s while the server fits the model, as a client does."""
-    for _ in range(60):
-        response = httpx.get(url, params=query, timeout=120)
-        if response.status_code != 503:
-            break
-        time.sleep(float(response.headers.get("Retry-After", "1")))
-    assert response.status_code == 200, response.text[:500]
-    return response
-
-
 def test_prism_capacity_records_the_whole_plan_once_and_the_api_too(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     db, _ = _lab(tmp_path)
@@ -125,11 +113,11 @@ def test_prism_capacity_records_the_whole_plan_once_and_the_api_too(
                       api_token=None, refit_every=None, cors_origins=[])
     query = {"cluster": "lab", "horizon": "6h", "quantile": "0.9", "scope": "vc-b"}
     with LiveServer(create_app(config)) as live:
-        response = _get_fitted(f"{live.url}/v1/capacity", {**query, "record": "false"})
+        response = get_when_fitted(f"{live.url}/v1/capacity", {**query, "record": "false"})
     with usecases.open_store(db) as store:  # record=false: a what-if, not kept
         assert store.capacity_plans("lab").empty
     with LiveServer(create_app(config)) as live:
-        response = _get_fitted(f"{live.url}/v1/capacity", query)
+        response = get_when_fitted(f"{live.url}/v1/capacity", query)
         again = httpx.get(f"{live.url}/v1/capacity", params=query, timeout=120)
         assert again.status_code == 200, again.text[:500]
     with usecases.open_store(db) as store:

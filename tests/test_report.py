@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from dataclasses import dataclass
 from datetime import datetime
 from html import unescape
 from pathlib import Path
 
-import httpx
 import numpy as np
 import pandas as pd
 import pytest
@@ -28,7 +26,7 @@ from prism.usecases.capacity import SavedModels
 from prism.usecases.report import capacity_report
 from service.app import create_app
 from tests import chromium
-from tests.factories import table_cells, write_series_store
+from tests.factories import get_when_fitted, table_cells, write_series_store
 from tests.service.conftest import LiveServer
 
 START = pd.Timestamp("2026-01-05")
@@ -314,12 +312,7 @@ def planner(tmp_path_factory: pytest.TempPathFactory) -> Planner:
     config = Settings(db=str(db), models_dir=models, default_model="naive",
                       fit_budget_s=10.0, api_token=None, refit_every=None, cors_origins=[])
     with LiveServer(create_app(config)) as live:
-        for _ in range(60):  # a 503 while the server fits the model: retry as a client does
-            response = httpx.get(f"{live.url}/v1/capacity", params=QUERY, timeout=120)
-            if response.status_code != 503:
-                break
-            time.sleep(float(response.headers.get("Retry-After", "1")))
-        assert response.status_code == 200, response.text[:500]
+        response = get_when_fitted(f"{live.url}/v1/capacity", QUERY)
     output = folder / "report.html"
     assert main(["--db", str(db), "report", "--cluster", "lab", "--models-dir", str(models),
                  "--model", "naive", "--horizon", "6h", "--quantile", "0.95",

@@ -8,7 +8,6 @@ the same data (to the digits shown).
 from __future__ import annotations
 
 import io
-import time
 from pathlib import Path
 
 import httpx
@@ -17,6 +16,7 @@ import pytest
 from PIL import Image
 
 from tests import chromium
+from tests.factories import get_when_fitted
 from tests.service.conftest import LiveServer
 
 pytestmark = pytest.mark.slow
@@ -24,17 +24,6 @@ pytestmark = pytest.mark.slow
 #: Capacity table fields and the decimals the report shows them with.
 SHOWN = {"gpus_needed": 1, "mean_peak": 1, "capacity": 1, "shortfall_gpu_hours": 1,
          "queue_risk": 3, "idle_gpu_hours": 1, "idle_energy_kwh": 1, "busy_energy_kwh": 1}
-
-
-def _get(url: str, params: dict[str, str]) -> httpx.Response:
-    """GET, waiting out 503s (a model being fitted on a busy machine) as a client would."""
-    for _ in range(30):
-        response = httpx.get(url, params=params, timeout=120)
-        if response.status_code != 503:
-            break
-        time.sleep(float(response.headers.get("Retry-After", "1")))
-    assert response.status_code == 200, response.text[:500]
-    return response
 
 
 @pytest.fixture
@@ -58,10 +47,11 @@ def test_the_checks_catch_a_broken_page(browser: chromium.Chromium, tmp_path: Pa
 def test_report_renders_and_shows_the_api_numbers(live: LiveServer,
                                                   browser: chromium.Chromium) -> None:
     query = {"cluster": "cluster-0", "horizon": "6h", "quantile": "0.95"}
-    api = _get(f"{live.url}/v1/capacity", query)
+    api = get_when_fitted(f"{live.url}/v1/capacity", query, tries=30)
     rows = {r["scope"]: r for r in api.json()["rows"]}
     url = str(httpx.URL(f"{live.url}/v1/reports/capacity", params=query))
-    _get(url, {})  # the models are ready and the forecasts cached: the browser gets the page
+    # the models are ready and the forecasts cached: the browser gets the page
+    get_when_fitted(url, {}, tries=30)
     with browser as b:
         b.open(url)
         title = b.evaluate("document.title")
