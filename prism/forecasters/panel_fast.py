@@ -53,6 +53,7 @@ from prism.forecasters.conformal import (
     _drift_group,
     _group_steps,
     _late_span,
+    adaptive_factors,
     calibration_origins,
     drift_level,
 )
@@ -194,10 +195,11 @@ def forecast_block(rule: _PanelRule, values: FloatArray, steps: int,
     if not qs or len(ends) == 0:
         return mean, bands
     width = int(n - ends[0])
+    adaptive = _adaptive_factors(rule, values, ends)
     per = max(1, _MAX_ELEMENTS // (len(ends) * max(width, steps)))
     for lo in range(0, n_series, per):
         rows = slice(lo, min(lo + per, n_series))
-        centers, offsets = _calibrated_offsets(rule, values[rows], ends)
+        centers, offsets = _calibrated_offsets(rule, values[rows], ends, adaptive[rows])
         if len(centers):
             for j, q in enumerate(qs):
                 bands[rows, :, j] = mean[rows] + _per_step_at(q, centers, offsets, steps)
@@ -205,12 +207,27 @@ def forecast_block(rule: _PanelRule, values: FloatArray, steps: int,
     return mean, bands
 
 
-def _calibrated_offsets(rule: _PanelRule, values: FloatArray,
-                        ends: IntArray) -> tuple[FloatArray, FloatArray]:
-    """Block centres ``(n_blocks,)`` and drift-corrected offsets ``(series, n_blocks,
-    n_levels)``: :func:`~prism.forecasters.conformal.calibrate` of each row."""
+def _adaptive_factors(rule: _PanelRule, values: FloatArray, ends: IntArray) -> FloatArray:
+    """``(series, n_groups)`` ACI stretches (:func:`~prism.forecasters.conformal.
+    adaptive_factors`), from the errors up to a day ahead only (the later group never has
+    them in time), so in chunks of many more series than the full errors allow."""
+    width = min(int(values.shape[1] - ends[0]), int(_DRIFT_GROUPS_S[-1] // rule.freq_s_))
+    out = np.ones((len(values), len(_DRIFT_GROUPS_S) + 1))
+    if width < 1:
+        return out
+    per = max(1, _MAX_ELEMENTS // (len(ends) * width))
+    for lo in range(0, len(values), per):
+        rows = slice(lo, min(lo + per, len(values)))
+        errors, seen = _errors(rule, values[rows], ends, width)
+        out[rows] = adaptive_factors(errors, seen, ends, rule.freq_s_)
+    return out
+
+
+def _errors(rule: _PanelRule, values: FloatArray, ends: IntArray,
+            width: int) -> tuple[FloatArray, npt.NDArray[np.bool_]]:
+    """``(series, origins, width)`` errors of the paths from each calibration origin, and
+    ``(origins, width)`` which of them were seen."""
     n = values.shape[1]
-    width = int(n - ends[0])
     paths = rule._forecast_panel(values, ends, width)
     seen = ends[:, None] + np.arange(width)[None, :] < n
     # what each path forecast: the window of ``width`` values from its origin, copied from a
@@ -219,6 +236,16 @@ def _calibrated_offsets(rule: _PanelRule, values: FloatArray,
     padded = np.concatenate([values, np.repeat(values[:, -1:], width, axis=1)], axis=1)
     errors = np.lib.stride_tricks.sliding_window_view(padded, width, axis=1)[:, ends]
     errors -= paths
+    return errors, seen
+
+
+def _calibrated_offsets(rule: _PanelRule, values: FloatArray, ends: IntArray,
+                        adaptive: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """Block centres ``(n_blocks,)`` and drift-corrected offsets ``(series, n_blocks,
+    n_levels)``: :func:`~prism.forecasters.conformal.calibrate` of each row (``adaptive``:
+    their ACI stretches, :func:`_adaptive_factors`)."""
+    width = int(values.shape[1] - ends[0])
+    errors, seen = _errors(rule, values, ends, width)
     centers: list[float] = []
     offsets: list[FloatArray] = []
     for lo, hi in zip(_BLOCK_EDGES[:-1], _BLOCK_EDGES[1:], strict=True):
@@ -237,7 +264,7 @@ def _calibrated_offsets(rule: _PanelRule, values: FloatArray,
     if not len(c):
         return c, np.zeros((len(values), 0, len(_LEVELS)))
     table = np.stack(offsets, axis=1)  # (series, blocks, levels)
-    factors = _drift_factors(errors, seen, ends, c, table, rule.freq_s_)
+    factors = np.sqrt(_drift_factors(errors, seen, ends, c, table, rule.freq_s_) * adaptive)
     groups = _drift_group(c, rule.freq_s_)
     median = _at_level(0.5, table)
     table = median[..., None] + factors[:, groups][..., None] * (table - median[..., None])

@@ -41,4 +41,38 @@ def test_zero_width_bands_that_miss_leave_finite_bands() -> None:
     assert np.isfinite(calibration.offsets).all()
     lo, hi = conformal._DRIFT_CLIP
     assert ((factors >= lo) & (factors <= hi)).all()
-    assert factors[1] == hi  # the 6 h group's misses stretch its band as far as allowed
+    # the 6 h group's misses stretch the drift check's band as far as allowed; the stretch
+    # applied is its geometric mean with adaptive conformal inference's (1 here: all
+    # origins' errors have zero width, so ACI has nothing to scale)
+    target = ends[:, None] + np.arange(mean.shape[1])[None, :]
+    errors = history[np.minimum(target, len(history) - 1)] - mean
+    adaptive = conformal.adaptive_factors(errors[None], target < len(history), ends, freq_s)[0]
+    assert adaptive[1] == 1.0
+    assert factors[1] == np.sqrt(hi * adaptive[1])
+
+
+def test_adaptive_conformal_widens_bands_when_errors_grow_and_narrows_when_they_shrink(
+        ) -> None:
+    """Errors whose spread grows over the calibration origins: bands built from the earlier
+    ones miss more than 10 %, and ACI's miss rate falls, so its stretch is above 1; errors
+    whose spread shrinks give a stretch below 1. A series with a missing error gets none."""
+    n, steps, freq_s = 3_000, 6, 600
+    ends = calibration_origins(n, 1_000)
+    rng = np.random.default_rng(3)
+    noise = rng.normal(0, 1, (len(ends), steps))
+    ramp = np.linspace(0.5, 3.0, len(ends))[:, None]
+    missing = noise.copy()
+    missing[3, 2] = np.nan
+    errors = np.stack([noise * ramp, noise * ramp[::-1], missing * ramp])
+    seen = np.ones((len(ends), steps), dtype=bool)
+    factors = conformal.adaptive_factors(errors, seen, ends, freq_s)
+    assert factors[0, 0] > 1.1 and factors[1, 0] < 0.9 and factors[2, 0] == 1.0, factors
+    # each series' stretch is its own, whatever else is in the batch
+    alone = conformal.adaptive_factors(errors[1:2], seen, ends, freq_s)
+    assert np.array_equal(alone[0], factors[1])
+    # the same shrinking spread in whole GPUs, a third of the errors 0: a miss rate between
+    # two atoms is no coverage level, so ACI may widen such bands but never narrow them
+    atoms = np.round(errors[1:2])
+    assert (atoms == 0).mean() > conformal.ACI_MAX_ATOM
+    assert conformal.adaptive_factors(atoms, seen, ends, freq_s)[0, 0] == 1.0
+    assert conformal.adaptive_factors(np.round(errors[:1]), seen, ends, freq_s)[0, 0] > 1.1

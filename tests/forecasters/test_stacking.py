@@ -118,11 +118,14 @@ def test_the_meta_learner_never_sees_a_test_window() -> None:
 def test_bands_cover_after_a_regime_change() -> None:
     # Demand that gets three times as volatile four days before the backtest: the calibration
     # tail straddles the change, and the 90 % bands still cover 88-92 % of what follows.
+    # 12 VCs: with 4, the coverage of one panel moved by +-4 points from seed to seed (0.84-
+    # 0.94 for seeds 11-13), too much for a test of a 4-point range. With 12, seeds 11 and 12
+    # give 0.907 and 0.887 (the drift check alone, before ACI joined it: 0.870 and 0.873).
     rng = np.random.default_rng(11)
     n = 24 * DAY
     sd = np.where(np.arange(n) < n - 8 * DAY, 1.0, 3.0)
     values = {f"c/vc{i}/gpus_in_use": 200 + (rng.normal(0, 1, n) * sd).cumsum() * 0.5
-              for i in range(4)}
+              for i in range(12)}
     panel = _panel(values)
     frame = backtest({"prism": get_forecaster("prism", **FAST)}, panel, horizon="6h",
                      windows=8, step="6h", quantiles=(0.05, 0.95))
