@@ -374,6 +374,15 @@ class PrismClient:
             query["model"] = model
         return self._request("GET", "/v1/reports/capacity", params=query).text
 
+    def track_record(self, cluster: str, *, plans: bool = False) -> dict[str, Any]:
+        """The served plans of ``cluster`` whose window has ended, against what was in use and
+        against yesterday's peak, as ``prism track-record --json`` (``plans``: each scored
+        plan row too)."""
+        query = {"cluster": cluster, "plans": "true" if plans else "false"}
+        data: dict[str, Any] = self._request("GET", "/v1/capacity/track-record",
+                                             params=query).json()
+        return data
+
     def refit(self, series_ids: Sequence[str] | None = None, *, model: str | None = None,
               params: Mapping[str, object] | None = None) -> dict[str, int]:
         """Queue refits of the server's models of ``series_ids`` (none: all); returns

@@ -18,8 +18,10 @@ so that one sees whether the served plans beat it. A plan without data the day b
 window is not scored. Plans whose windows overlap (a plan served every hour for the next day)
 are each scored on their own window: sums count such hours once per plan.
 
-Pure functions over frames: :mod:`prism.usecases.report` loads the plans and the series, the
-report (:mod:`prism.reports.capacity`) renders :func:`summarise` and :func:`warnings`.
+Pure functions over frames: :mod:`prism.usecases.report` loads the plans and the series
+(:func:`prism.usecases.report.track_record`), the report (:mod:`prism.reports.capacity`)
+renders :func:`summarise` and :func:`track_record_warnings`, and ``prism track-record`` and
+``GET /v1/capacity/track-record`` give :meth:`TrackRecord.records`.
 """
 
 from __future__ import annotations
@@ -88,6 +90,36 @@ class TrackRecord:
             text += (f"; {pending} more not scored yet (the next ends at "
                      f"{self.next_end:%Y-%m-%d %H:%M} UTC)")
         return text + "."
+
+
+    def records(self, *, plans: bool = False) -> dict[str, Any]:
+        """The record as ``prism track-record --json`` and ``GET /v1/capacity/track-record``
+        give it: the note, the summary rows (per model and scope of the partition, and each
+        model's ``total``), the warnings and, with ``plans``, every scored plan row (missing
+        shares are ``None``)."""
+        out: dict[str, Any] = {
+            "cluster": self.cluster, "note": self.note(), "scopes": list(self.scopes),
+            "plans_recorded": len(self.plans), "plans_scored": len(self.scored),
+            "next_end": self.next_end,
+            "summary": [_plain(r) for r in self.summary.to_dict("records")],
+            "warnings": track_record_warnings(self.summary)}
+        if plans:
+            out["plans"] = [_plain(r) for r in self.scored.to_dict("records")]
+        return out
+
+
+def _plain(row: dict[Any, Any]) -> dict[str, Any]:
+    """A frame's record with Python values: times as ``datetime``, NaN as ``None``."""
+    out: dict[str, Any] = {}
+    for key, value in row.items():
+        if isinstance(value, pd.Timestamp):
+            value = value.to_pydatetime()
+        elif isinstance(value, np.generic):
+            value = value.item()
+        if isinstance(value, float) and np.isnan(value):
+            value = None
+        out[str(key)] = value
+    return out
 
 
 def score_plans(plans: pd.DataFrame, panel: pd.DataFrame, *, freq_s: int) -> pd.DataFrame:

@@ -549,6 +549,70 @@ class ProcurementOut(BaseModel):
     rows: list[ProcurementRowOut]
 
 
+class TrackRecordQuery(BaseModel):
+    """``GET /v1/capacity/track-record``."""
+
+    cluster: Name
+    plans: bool = Field(default=False, description="also each scored plan row")
+
+
+class TrackRecordRowOut(BaseModel):
+    """One model's served plans over one scope (or ``total``: over the cluster's partition),
+    against what was in use and against yesterday's peak on the same windows."""
+
+    model: str
+    scope: str
+    plans: int
+    quantile: float = Field(description="the plans' mean quantile")
+    in_use_gpu_hours: float
+    unmet_gpu_hours: float
+    unmet_share: float | None = Field(description="unmet GPU-hours over GPU-hours in use")
+    idle_gpu_hours: float
+    coverage: float = Field(description="share of windows whose peak stayed within the plan")
+    rule_unmet_gpu_hours: float
+    rule_unmet_share: float | None
+    rule_idle_gpu_hours: float
+    rule_coverage: float
+    beats: bool = Field(description="the plans did not lose to yesterday's peak")
+
+
+class ScoredPlanOut(BaseModel):
+    """One served plan row scored against its window."""
+
+    cluster: str
+    scope: str
+    series_id: str
+    model: str
+    quantile: float
+    valid_from: UtcTime
+    valid_to: UtcTime
+    gpus_planned: float
+    yesterday_peak: float
+    in_use_gpu_hours: float
+    peak_in_use: float
+    unmet_gpu_hours: float
+    idle_gpu_hours: float
+    covered: bool
+    rule_unmet_gpu_hours: float
+    rule_idle_gpu_hours: float
+    rule_covered: bool
+
+
+class TrackRecordOut(BaseModel):
+    """The track record of a cluster's served capacity plans (``prism track-record``)."""
+
+    cluster: str
+    note: str = Field(description="what the record covers, or why it is empty")
+    scopes: list[str] = Field(description="the partition the totals add up (VCs, else all)")
+    plans_recorded: int
+    plans_scored: int = Field(description="plan rows whose window has ended and is stored")
+    next_end: UtcTime | None = Field(description="the end of the first plan not scored yet")
+    summary: list[TrackRecordRowOut]
+    warnings: list[str] = Field(description="where the plans lost to yesterday's peak, or "
+                                "covered fewer windows than their quantile promises")
+    plans: list[ScoredPlanOut] | None = None
+
+
 class ReportQuery(BaseModel):
     """``GET /v1/reports/capacity``."""
 

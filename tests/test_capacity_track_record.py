@@ -273,3 +273,77 @@ def test_the_report_says_when_no_plan_has_ended_yet(tmp_path: Path) -> None:
         in html
     assert "<table class='track-record'" not in html
     assert "Planning backtest" in html  # the replay stays
+
+
+# -- prism track-record and GET /v1/capacity/track-record ---------------------------------------
+def test_track_record_is_one_set_of_numbers_in_the_cli_the_api_and_the_report(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``prism track-record`` (table and JSON), ``GET /v1/capacity/track-record``, the CLI
+    going through that API, and the report's section give the same figures, which are those
+    computed by hand on the series."""
+    db, series = _lab(tmp_path)
+    day2, day1_noon = START + pd.Timedelta(days=2), START + pd.Timedelta(days=1, hours=12)
+    hand = [("vc-a", day2, 6, 10.0), ("vc-a", day1_noon, 6, 30.0), ("vc-b", day2, 6, 6.0),
+            ("all", day2, 6, 100.0)]  # not of the VCs' partition
+    with usecases.open_store(db) as store:
+        store.add_capacity_plans(_plans(hand))
+    argv = ["--db", str(db), "track-record", "--cluster", "lab"]
+    capsys.readouterr()
+    assert main([*argv, "--json", "--plans"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["scopes"] == ["vc-a", "vc-b"]
+    # the plan of `all` is not of the partition: the totals count each GPU once
+    assert data["plans_recorded"] == 3 and data["plans_scored"] == 3 and not data["next_end"]
+    summary = {r["scope"]: r for r in data["summary"]}
+    assert set(summary) == {"vc-a", "vc-b", "total"}
+    parts = [_by_hand(series[f"lab/{s}/gpus_in_use"], t, h, g)
+             for s, t, h, g in hand if s != "all"]
+    total = {k: sum(p[k] for p in parts) for k in parts[0]}
+    assert summary["total"]["plans"] == 3
+    assert summary["total"]["unmet_share"] == pytest.approx(total["unmet"] / total["in_use"])
+    assert summary["total"]["idle_gpu_hours"] == pytest.approx(total["idle"])
+    assert summary["total"]["rule_idle_gpu_hours"] == pytest.approx(total["rule_idle"])
+    assert summary["total"]["coverage"] == pytest.approx(total["covered"] / 3)
+    assert summary["total"]["beats"] is False
+    assert any(f"hand's {LOSES}" in w for w in data["warnings"])
+    assert sorted(p["scope"] for p in data["plans"]) == ["vc-a", "vc-a", "vc-b"]
+    assert all(p["valid_from"].endswith("Z") for p in data["plans"])
+
+    # the terminal view: the table, and each warning on stderr
+    assert main(argv) == 0
+    shown = capsys.readouterr()
+    assert "3 served plan row(s) whose window has ended" in shown.out
+    assert "beats rule" in shown.out and "total" in shown.out
+    assert f"warning: hand's {LOSES}" in " ".join(shown.err.split())
+
+    # the report's section shows the same totals
+    html = _report(db, tmp_path / "r.html", "--no-record")
+    section = html[html.index("Track record of served plans"):]
+    row = re.search(r"<tr[^>]*data-model='hand' data-scope='total'>(.*?)</tr>", section)
+    assert row is not None
+    cells = table_cells(row.group(1))
+    assert float(cells["idle_gpu_hours"]) == pytest.approx(summary["total"]["idle_gpu_hours"])
+    assert float(cells["unmet_share"]) == pytest.approx(summary["total"]["unmet_share"])
+
+    config = Settings(db=str(db), models_dir=tmp_path / "models", default_model="naive",
+                      fit_budget_s=10.0, api_token=None, refit_every=None, cors_origins=[])
+    with LiveServer(create_app(config)) as live:
+        response = httpx.get(f"{live.url}/v1/capacity/track-record",
+                             params={"cluster": "lab", "plans": "true"}, timeout=60)
+        assert response.status_code == 200, response.text[:500]
+        assert response.json() == data
+        missing = httpx.get(f"{live.url}/v1/capacity/track-record",
+                            params={"cluster": "nope"}, timeout=60)
+        assert missing.status_code == 404 and "'lab'" in missing.json()["detail"]
+        # the CLI through the server (PRISM_API_URL): the server's JSON, the same table
+        monkeypatch.setenv("PRISM_API_URL", live.url)
+        capsys.readouterr()
+        assert main([*argv, "--json", "--plans"]) == 0
+        assert json.loads(capsys.readouterr().out) == data
+        assert main(argv) == 0
+        assert "beats rule" in capsys.readouterr().out
+    monkeypatch.delenv("PRISM_API_URL")
+    # an unknown cluster: a clear error and a non-zero exit
+    assert main(["--db", str(db), "track-record", "--cluster", "nope"]) != 0
+    assert "no gpus_in_use series for cluster 'nope'" in " ".join(capsys.readouterr().err.split())

@@ -21,6 +21,7 @@ from prism.cli.common import (
     check_output,
     json_default,
     messages,
+    print_json,
     progress_bar,
     progress_wanted,
 )
@@ -273,6 +274,58 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_track_record(args: argparse.Namespace) -> int:
+    """``prism track-record``: the served plans of a cluster whose window has ended, against
+    the GPUs in use and yesterday's peak (the report's section, on the terminal or as JSON)."""
+    from prism.usecases.report import track_record
+
+    with usecases.open_store(args.db, must_exist=True) as store:
+        record = track_record(store, args.cluster)
+    if args.json:
+        print_json(record.records(plans=args.plans))
+        return 0
+    print_track_record(record.records(plans=args.plans))
+    return 0
+
+
+def print_track_record(data: dict[str, Any]) -> None:
+    """The track record (:meth:`~prism.track_record.TrackRecord.records`) as tables, its note
+    and its warnings."""
+    import pandas as pd
+
+    _out.print(data["note"], markup=False)
+    if data["summary"]:
+        table = pd.DataFrame(data["summary"])
+        shown = pd.DataFrame({
+            "model": table["model"], "scope": table["scope"], "plans": table["plans"],
+            "quantile": [f"p{q * 100:.3g}" for q in table["quantile"]],
+            "in use GPU-h": table["in_use_gpu_hours"].round(1),
+            "unmet": [_share(v) for v in table["unmet_share"]],
+            "idle GPU-h": table["idle_gpu_hours"].round(1),
+            "coverage": [f"{v * 100:.1f} %" for v in table["coverage"]],
+            "rule unmet": [_share(v) for v in table["rule_unmet_share"]],
+            "rule idle GPU-h": table["rule_idle_gpu_hours"].round(1),
+            "rule coverage": [f"{v * 100:.1f} %" for v in table["rule_coverage"]],
+            "beats rule": ["yes" if v else "no" for v in table["beats"]]})
+        _out.print(_table(shown, title=f"{data['cluster']}: served plans against what was in "
+                          f"use, and against yesterday's peak (rule) on the same windows "
+                          f"(scopes: {', '.join(data['scopes'])})"))
+    if data.get("plans"):
+        plans = pd.DataFrame(data["plans"])
+        cols = ["scope", "model", "quantile", "valid_from", "valid_to", "gpus_planned",
+                "yesterday_peak", "peak_in_use", "unmet_gpu_hours", "idle_gpu_hours"]
+        shown = plans[cols].copy()
+        for col in ("valid_from", "valid_to"):
+            shown[col] = [f"{t:%Y-%m-%d %H:%M}" for t in shown[col]]
+        _out.print(_table(shown.round(2), title="each scored plan (times in UTC)"))
+    for warning in data["warnings"]:
+        _err.print(f"warning: {warning}", markup=False)
+
+
+def _share(value: float | None) -> str:
+    return "n/a" if value is None else f"{value * 100:.2f} %"
+
+
 def _plan_flags(p: argparse.ArgumentParser) -> None:
     """The window, quantile and forecast source of ``capacity`` and ``report``."""
     p.add_argument("--horizon", default="1d", help="the planning window")
@@ -345,3 +398,12 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     p.add_argument("--watts-per-gpu", metavar="IDLE,BUSY",
                    help="power of one GPU idle and busy in watts (default 60,300)")
     p.set_defaults(func=_cmd_report)
+
+    p = sub.add_parser("track-record", help="served capacity plans whose window has ended, "
+                       "against what was in use and against yesterday's peak")
+    p.add_argument("--cluster", required=True, help="the cluster")
+    p.add_argument("--plans", action="store_true", help="also each scored plan row")
+    p.add_argument("--json", action="store_true", help="one JSON object (as GET "
+                   "/v1/capacity/track-record; times in UTC, with Z)")
+    db_flag(p)
+    p.set_defaults(func=_cmd_track_record)

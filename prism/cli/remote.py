@@ -224,6 +224,23 @@ def run_report(args: argparse.Namespace, info: ServerInfo) -> int:
     return 0
 
 
+def run_track_record(args: argparse.Namespace, info: ServerInfo) -> int:
+    from prism.cli.planning import print_track_record
+
+    with _client(info) as client:
+        data = client.track_record(args.cluster, plans=args.plans)
+    if args.json:
+        out.print_json(json.dumps(data))  # the server's JSON as it came
+        return 0
+    for key in ("next_end",):
+        data[key] = pd.Timestamp(data[key]) if data[key] else None
+    for row in data.get("plans", []):
+        row["valid_from"], row["valid_to"] = (pd.Timestamp(row["valid_from"]),
+                                              pd.Timestamp(row["valid_to"]))
+    print_track_record(data)
+    return 0
+
+
 #: The commands that can go through the API, by the function of their local twin's name.
 REMOTE: dict[str, Callable[[argparse.Namespace, ServerInfo], int]] = {
     "_cmd_series_list": run_series_list,
@@ -234,6 +251,7 @@ REMOTE: dict[str, Callable[[argparse.Namespace, ServerInfo], int]] = {
     "_cmd_refit": run_refit,
     "_cmd_capacity": run_capacity,
     "_cmd_report": run_report,
+    "_cmd_track_record": run_track_record,
 }
 #: Commands that need the store itself (they say so while a server holds it).
 LOCAL_ONLY = {"_cmd_backtest": "backtest", "_cmd_decompose": "decompose"}

@@ -322,6 +322,26 @@ def _report_planning(store: Store, plan: CapacityPlan
     return table, by_series, " ".join(notes)
 
 
+def track_record(store: Store, cluster: str) -> TrackRecord:
+    """The track record of a cluster's served plans, summed over the partition of the scopes
+    of its GPUs-in-use series (its VCs, else ``all``): what ``prism track-record`` and
+    ``GET /v1/capacity/track-record`` show, and the report's section.
+
+    Raises:
+        SeriesNotFound: for a cluster without GPUs-in-use series, naming the clusters there
+            are.
+    """
+    from prism.errors import SeriesNotFound
+    from prism.reports.tables import partition
+
+    scopes = store.list_series(cluster=cluster, metric="gpus_in_use")["scope"]
+    if scopes.empty:
+        there = sorted(set(store.list_series(metric="gpus_in_use")["cluster"]))
+        raise SeriesNotFound(f"no gpus_in_use series for cluster {cluster!r}; the store has "
+                             f"them for {', '.join(map(repr, there)) or 'no cluster'}")
+    return cluster_track_record(store, cluster, partition(scopes.astype(str)).scopes)
+
+
 def cluster_track_record(store: Store, cluster: str, scopes: Sequence[str]) -> TrackRecord:
     """The track record of a cluster's served plans (:mod:`prism.track_record`): the stored
     plans whose window has passed and is in the store, scored against the GPUs in use and

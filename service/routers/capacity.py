@@ -29,6 +29,8 @@ from service.schemas import (
     ProcurementRowOut,
     QuantileChoiceOut,
     ReportQuery,
+    TrackRecordOut,
+    TrackRecordQuery,
 )
 
 router = APIRouter(prefix="/v1", tags=["capacity"])
@@ -77,6 +79,18 @@ def get_capacity(q: Annotated[CapacityQuery, Query()], server: ServerDep,
                        quantile_choice=[QuantileChoiceOut.model_validate(c)
                                         for c in (choice.records() if choice else [])],
                        procurement=procurement)
+
+
+@router.get("/capacity/track-record", response_model=TrackRecordOut,
+            responses={404: _ERRORS[404], 422: _ERRORS[422]})
+def get_track_record(q: Annotated[TrackRecordQuery, Query()],
+                     store: StoreDep) -> TrackRecordOut:
+    """The served capacity plans of a cluster whose window has ended, against the GPUs in use
+    and against yesterday's peak on the same windows, per model and VC with a total, and
+    plain-words warnings where they lost to it or covered less than their quantile (what
+    ``prism track-record`` prints and the report's section shows)."""
+    record = report_uc.track_record(store, q.cluster)
+    return TrackRecordOut.model_validate(record.records(plans=q.plans))
 
 
 #: The report answers HTML, its errors JSON: say so, or the errors would be documented as

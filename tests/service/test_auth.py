@@ -26,6 +26,7 @@ VALID: dict[tuple[str, str], dict[str, Any]] = {
     ("GET", "/v1/capacity"): {"params": {"cluster": "cluster-0", "scope": "vc-27a",
                                          "horizon": "1h"}},
     ("GET", "/v1/reports/capacity"): {"params": {"horizon": "1h"}},
+    ("GET", "/v1/capacity/track-record"): {"params": {"cluster": "cluster-0"}},
     ("GET", "/v1/series/export"): {"params": {"series_id": SERIES, "format": "csv"}},
     ("POST", "/v1/models/refit"): {"json": {"series_ids": [SERIES], "model": "naive"}},
     ("GET", "/v1/metrics"): {},

@@ -57,7 +57,8 @@ CHECKS = [not_a_server_error_but_fitting, status_code_conformance, content_type_
 OPERATIONS = ["GET /healthz", "GET /readyz", "GET /metrics", "GET /v1/series",
               "GET /v1/series/values", "POST /v1/ingest", "GET /v1/forecast",
               "POST /v1/forecast", "GET /v1/decomposition", "GET /v1/capacity",
-              "GET /v1/reports/capacity", "GET /v1/series/export", "POST /v1/models/refit",
+              "GET /v1/reports/capacity", "GET /v1/capacity/track-record",
+              "GET /v1/series/export", "POST /v1/models/refit",
               "GET /v1/metrics", "GET /v1/metrics/forecasts"]
 
 
