@@ -46,6 +46,7 @@ run: $(RUN_STAMP)
 		--models-dir $(DEMO)/models
 	$(BIN)/prism --db $(DB) report --cluster cluster-0 --output $(DEMO)/report.html \
 		--models-dir $(DEMO)/models
+	$(BIN)/prism --db $(DB) track-record --cluster cluster-0
 	@echo ""
 	@echo "The REST API serves this store and the models saved above; Ctrl-C stops it"
 	@echo "(make run SERVE=0 stops here instead). From another terminal:"
