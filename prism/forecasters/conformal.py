@@ -193,7 +193,6 @@ def adaptive_factors(errors: FloatArray, seen: npt.NDArray[np.bool_], ends: IntA
         errors = np.where(broken[:, None, None], 0.0, errors)
     groups = _drift_group(np.arange(1, steps + 1), freq_s)
     factors = np.ones((n_series, len(_DRIFT_GROUPS_S) + 1))
-    rows = np.arange(n_series)[:, None]
     for g in range(factors.shape[1]):
         cols = np.flatnonzero(groups == g)
         if not len(cols):
@@ -214,23 +213,19 @@ def adaptive_factors(errors: FloatArray, seen: npt.NDArray[np.bool_], ends: IntA
                 fresh = group_err[:, pool.shape[1] // len(cols):known[i]].reshape(n_series, -1)
                 pool = np.sort(np.concatenate([pool, fresh], axis=1), axis=1)
             a = np.minimum(np.maximum(alpha, _ACI_ALPHA[0]), _ACI_ALPHA[1])
-            virtual = (pool.shape[1] - 1) * np.concatenate([a / 2, 1 - a / 2], axis=1)
-            below = virtual.astype(np.intp)  # floor: the levels are positive
-            above = np.minimum(below + 1, pool.shape[1] - 1)
-            low_value = pool[rows, below]
-            edges = low_value + (virtual - below) * (pool[rows, above] - low_value)
+            edges = _row_quantiles(pool, np.concatenate([a / 2, 1 - a / 2], axis=1))
             own = group_err[:, i, group_seen[i]]
             miss = ((own < edges[:, :1]) | (own > edges[:, 1:])).mean(axis=1, keepdims=True)
             alpha += ACI_GAMMA * (nominal - miss)
-        alpha = alpha[:, 0]
         # all the group's seen errors: the sorted pool and the origins not in it yet
-        rest = group_err[:, pool.shape[1] // len(cols):][:, group_seen[pool.shape[1] // len(cols):]]
+        pooled = pool.shape[1] // len(cols)
+        rest = group_err[:, pooled:][:, group_seen[pooled:]]
         every = np.sort(np.concatenate([pool, rest], axis=1), axis=1)
         continuous = _largest_atom(every) <= ACI_MAX_ATOM
         a = np.clip(alpha, *_ACI_ALPHA)
-        want = _row_quantiles(every, 1 - a / 2) - _row_quantiles(every, a / 2)
-        base = (_row_quantiles(every, np.full(n_series, 1 - nominal / 2))
-                - _row_quantiles(every, np.full(n_series, nominal / 2)))
+        nominal_levels = np.broadcast_to([nominal / 2, 1 - nominal / 2], (n_series, 2))
+        q = _row_quantiles(every, np.concatenate([a / 2, 1 - a / 2, nominal_levels], axis=1))
+        want, base = q[:, 1] - q[:, 0], q[:, 3] - q[:, 2]
         with np.errstate(divide="ignore", invalid="ignore"):
             stretch = np.where(base > 0, np.clip(want / base, *_DRIFT_CLIP), 1.0)
             factors[:, g] = np.where(continuous, stretch, np.maximum(stretch, 1.0))
@@ -248,13 +243,13 @@ def _largest_atom(rows: FloatArray) -> FloatArray:
 
 
 def _row_quantiles(rows: FloatArray, levels: FloatArray) -> FloatArray:
-    """The quantile at ``levels[r]`` of each sorted row ``rows[r]`` (linear between order
-    statistics, as numpy's default)."""
+    """``(series, k)``: the quantiles at ``levels[r]`` (``(series, k)``, within 0-1) of each
+    sorted row ``rows[r]``, linear between order statistics (numpy's default method)."""
     virtual = (rows.shape[1] - 1) * levels
-    below = np.clip(np.floor(virtual).astype(np.intp), 0, rows.shape[1] - 1)
+    below = virtual.astype(np.intp)  # the floor: the levels are not negative
     above = np.minimum(below + 1, rows.shape[1] - 1)
     weight = virtual - below
-    r = np.arange(len(rows))
+    r = np.arange(len(rows))[:, None]
     return np.asarray(rows[r, below] + weight * (rows[r, above] - rows[r, below]),
                       dtype=np.float64)
 
