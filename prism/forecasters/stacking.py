@@ -17,7 +17,11 @@ A small penalty on ``sum w`` pulls ties to the last value.
 time-ordered folds of the training origins, they beat the last value on the third, on every
 fold and by at least ``min_gain`` over all three; then they are refitted on all origins.
 Otherwise the block forecasts the last value. A regime with too few origins uses the weights
-of all regimes pooled.
+of all regimes pooled, and so does a regime whose own weights fail the validation while the
+pooled ones pass it: the pooled weights beat the last value out of sample on every fold of all
+origins, this regime's included, whereas a regime's own folds hold a fraction of them (on the
+accuracy benchmark this took Alibaba cluster a day ahead from 0.995 to 0.967 of the last
+value's MAE, paired ratio 0.972 [0.94, 1.00], and left the Helios VCs the last value).
 """
 
 from __future__ import annotations
@@ -108,6 +112,8 @@ class NaiveAnchoredStacker:
                 mask = data.regime == r
                 if mask.sum() >= MIN_ORIGINS:
                     w, gain = self._fit_block(data, lo, hi, scale, mask, rng)
+                    if not w.any():  # failed its own validation: the pooled weights, if any
+                        w, gain = pooled, pooled_gain
                 else:
                     w, gain = pooled, pooled_gain
                 self.weights_[b, r] = w

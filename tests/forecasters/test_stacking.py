@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 
@@ -93,6 +95,33 @@ def test_the_stacker_keeps_the_last_value_where_nothing_beats_it() -> None:
     np.testing.assert_array_equal(stacker.weights_, 0.0)
     deltas = np.ones((2, 4, 12))
     np.testing.assert_array_equal(stacker.combine(deltas, np.zeros(4, dtype=np.int64)), 0.0)
+
+
+def test_a_regime_that_fails_its_own_validation_takes_the_pooled_weights() -> None:
+    """One series in five is a regime of its own (60 origins, enough for weights of its own),
+    and there the candidate is noise over the latest third of the origins: its own weights
+    fail that fold. The weights of all origins pooled pass every fold, so the regime takes
+    them rather than the last value; with nothing that passes, it keeps the last value."""
+    data = _stacking_data(True)
+    regime = (data.group == 4).astype(np.int64)
+    late = (regime == 1) & (data.order >= 2 / 3)
+    rng = np.random.default_rng(5)
+    data.deltas[0, late] = rng.normal(0, 1, (int(late.sum()), data.deltas.shape[2])).cumsum(
+        axis=1)
+    data = dataclasses.replace(data, regime=regime)
+    stacker = NaiveAnchoredStacker(edges=[3, 12], n_regimes=2).fit(data)
+    own = stacker._fit_block(data, 0, 3, stacker._scales(data, 0, 3), regime == 1,
+                             np.random.default_rng(stacker.random_state))
+    assert not own[0].any()  # the regime's own weights fail
+    pooled = stacker._fit_block(data, 0, 3, stacker._scales(data, 0, 3),
+                                np.ones(len(regime), bool),
+                                np.random.default_rng(stacker.random_state))
+    assert pooled[0][0] > 0.9
+    np.testing.assert_allclose(stacker.weights_[0, 1], pooled[0])
+    assert stacker.weights_[0, 0, 0] > 0.9  # the other regime keeps its own
+    nothing = NaiveAnchoredStacker(edges=[3, 12], n_regimes=2).fit(
+        dataclasses.replace(_stacking_data(False), regime=regime))
+    np.testing.assert_array_equal(nothing.weights_, 0.0)
 
 
 def test_the_meta_learner_never_sees_a_test_window() -> None:
