@@ -91,7 +91,6 @@ class TrackRecord:
                      f"{self.next_end:%Y-%m-%d %H:%M} UTC)")
         return text + "."
 
-
     def records(self, *, plans: bool = False) -> dict[str, Any]:
         """The record as ``prism track-record --json`` and ``GET /v1/capacity/track-record``
         give it: the note, the summary rows (per model and scope of the partition, and each

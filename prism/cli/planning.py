@@ -280,11 +280,11 @@ def _cmd_track_record(args: argparse.Namespace) -> int:
     from prism.usecases.report import track_record
 
     with usecases.open_store(args.db, must_exist=True) as store:
-        record = track_record(store, args.cluster)
+        data = track_record(store, args.cluster).records(plans=args.plans)
     if args.json:
-        print_json(record.records(plans=args.plans))
-        return 0
-    print_track_record(record.records(plans=args.plans))
+        print_json(data)
+    else:
+        print_track_record(data)
     return 0
 
 
@@ -315,8 +315,8 @@ def print_track_record(data: dict[str, Any]) -> None:
         cols = ["scope", "model", "quantile", "valid_from", "valid_to", "gpus_planned",
                 "yesterday_peak", "peak_in_use", "unmet_gpu_hours", "idle_gpu_hours"]
         shown = plans[cols].copy()
-        for col in ("valid_from", "valid_to"):
-            shown[col] = [f"{t:%Y-%m-%d %H:%M}" for t in shown[col]]
+        for col in ("valid_from", "valid_to"):  # datetimes, or the API's UTC text
+            shown[col] = [f"{pd.Timestamp(t):%Y-%m-%d %H:%M}" for t in shown[col]]
         _out.print(_table(shown.round(2), title="each scored plan (times in UTC)"))
     for warning in data["warnings"]:
         _err.print(f"warning: {warning}", markup=False)

@@ -231,13 +231,8 @@ def run_track_record(args: argparse.Namespace, info: ServerInfo) -> int:
         data = client.track_record(args.cluster, plans=args.plans)
     if args.json:
         out.print_json(json.dumps(data))  # the server's JSON as it came
-        return 0
-    for key in ("next_end",):
-        data[key] = pd.Timestamp(data[key]) if data[key] else None
-    for row in data.get("plans", []):
-        row["valid_from"], row["valid_to"] = (pd.Timestamp(row["valid_from"]),
-                                              pd.Timestamp(row["valid_to"]))
-    print_track_record(data)
+    else:
+        print_track_record(data)
     return 0
 
 
