@@ -2,7 +2,7 @@
 
     python -m evaluation.benchmarks.accuracy [--datasets helios_in_use,philly,...]
         [--models naive,prism,...] [--windows 28] [--jobs 2] [--output DIR] [--references]
-        [--quick]
+        [--before 7d] [--quick]
 
 **Panels** (all at 10 min, built by :func:`load_datasets` from ``../shared/data/traces``
 through PRISM's own ingest into an in-memory store):
@@ -66,6 +66,9 @@ panel, horizon and model), ``accuracy_windows.csv`` (one row per window and hori
 the targets with PASS/FAIL, per-panel tables and the ablations).
 
 ``--jobs N`` runs the (panel, model) backtests in N processes, one thread each.
+``--before 7d`` ends every series of every panel that long before its last point, so the same
+protocol runs on an earlier week: one the defaults were not chosen on (a check that a gain or a
+coverage holds out of the week it was measured on; write it to another ``--output``).
 ``--quick`` is a smoke setting for tests: 4 windows (whatever ``--windows`` says), the first 3
 series of each panel.
 """
@@ -210,6 +213,12 @@ def _series_of_panels(series: pd.DataFrame, synthetic: Sequence[str]) -> dict[st
     if not out["alibaba_gpu"]:  # the v2023 pod list has no gpu_spec: no gpu:<type> scope
         out["alibaba_gpu"] = pick(alibaba & (metric == "gpus_in_use") & (scope == "all"))
     return {k: v for k, v in out.items() if v}
+
+
+def end_before(panel: pd.DataFrame, offset: pd.Timedelta) -> pd.DataFrame:
+    """``panel`` with each series' last ``offset`` dropped (its points after ``last - offset``)."""
+    last = panel.groupby(SERIES_ID)[TS].transform("max")
+    return panel[panel[TS] <= last - offset].reset_index(drop=True)
 
 
 def _first_series(panel: pd.DataFrame, n: int) -> pd.DataFrame:
@@ -641,6 +650,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, default=RESULTS)
     parser.add_argument("--references", action="store_true",
                         help="also run statsforecast's models (the bench extra)")
+    parser.add_argument("--before", default=None, metavar="DURATION",
+                        help="end each series this long before its last point (an earlier "
+                             "week: e.g. 7d)")
     parser.add_argument("--quick", action="store_true",
                         help=f"smoke run: {QUICK_WINDOWS} windows, the first {QUICK_SERIES} "
                              "series of each panel")
@@ -656,6 +668,12 @@ def main(argv: list[str] | None = None) -> int:
     specs = model_specs(wanted, variants)
     started = time.perf_counter()
     panels = load_datasets(names)
+    if args.before:
+        try:
+            cut = parse_duration(args.before)
+        except ConfigError as exc:
+            parser.error(f"--before {args.before!r}: {exc}")
+        panels = {k: end_before(p, cut) for k, p in panels.items()}
     if args.quick:
         panels = {k: _first_series(p, QUICK_SERIES) for k, p in panels.items()}
     for name, panel in panels.items():
@@ -670,6 +688,7 @@ def main(argv: list[str] | None = None) -> int:
                                                     else ())])
     took = time.perf_counter() - started
     note = (f"{len(panels)} panels, {windows} windows, {args.jobs} processes, {took:.0f} s"
+            + (f", --before {args.before}" if args.before else "")
             + (", --quick" if args.quick else ""))
     print(write(table, per_window, ablations, args.output, note, failures), flush=True)
     return 1 if failures else 0

@@ -44,6 +44,30 @@ def test_quick_run_writes_the_tables_with_naive_as_the_exact_baseline(
     assert "1.000 [1.00, 1.00]" in printed  # the headline table
 
 
+def test_before_runs_the_same_protocol_on_an_earlier_week(tmp_path: Path) -> None:
+    latest, earlier = tmp_path / "latest", tmp_path / "earlier"
+    for out, extra in ((latest, []), (earlier, ["--before", "7d"])):
+        assert accuracy.main(["--quick", "--datasets", "philly", "--models", "naive",
+                              "--jobs", "1", "--output", str(out), *extra]) == 0
+    cutoffs = [pd.to_datetime(pd.read_csv(out / "accuracy_windows.csv")["cutoff"]).unique()
+               for out in (latest, earlier)]
+    assert len(cutoffs[1]) == accuracy.QUICK_WINDOWS
+    assert sorted(cutoffs[0] - pd.Timedelta(days=7)) == sorted(cutoffs[1])
+    assert "--before 7d" in (earlier / "accuracy.md").read_text()
+    with pytest.raises(SystemExit):  # argparse's error: exit status 2 and the message
+        accuracy.main(["--quick", "--datasets", "philly", "--before", "a week",
+                       "--output", str(tmp_path / "bad")])
+
+
+def test_end_before_drops_each_series_own_tail() -> None:
+    ts = pd.date_range("2026-01-01", periods=10, freq="1h")
+    panel = pd.concat([pd.DataFrame({"series_id": "a", "ts": ts, "value": 1.0}),
+                       pd.DataFrame({"series_id": "b", "ts": ts[:6], "value": 2.0})])
+    kept = accuracy.end_before(panel, pd.Timedelta("2h"))
+    assert kept.groupby("series_id")["ts"].max().to_dict() == {"a": ts[7], "b": ts[3]}
+    assert len(kept) == 8 + 4
+
+
 class _Stand:
     """A stand-in for PRISM's forecaster: two switches and a combiner."""
 
