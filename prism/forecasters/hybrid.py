@@ -31,7 +31,8 @@ with a meta-learner trained out of sample across the panel, with the last value 
 **Combiner** (``combiner="stacked"``, the default). A
 :class:`~prism.forecasters.stacking.NaiveAnchoredStacker`: per block of horizon steps (up to
 1 h, 3 h, 6 h, 12 h, 1 d, 2 d, beyond) and per regime of the origin (no jump in the last day, a
-recent jump away from the week's level, a recent jump back toward it), convex weights over the
+recent jump away from the week's level, a recent jump back toward it; a jump the series undid
+and stayed off for 6 h is over), convex weights over the
 candidates' changes from the last value, fitted by least absolute relative error on
 rolling-origin forecasts of all series. Those forecasts are out of sample: the dictionary and
 the RNN are learned on each series but its last ``stack_window``, whose origins train the
@@ -263,6 +264,10 @@ class PrismForecaster(BaseForecaster):
     def _max_jump_age(self) -> int:
         return max(1, self._steps_of("1d") if self.freq_s_ <= 86400 else 1)
 
+    def _settle(self) -> int:
+        """Points a jump must have been undone for to be over: six hours."""
+        return max(1, self._steps_of("6h") if self.freq_s_ <= 21600 else 1)
+
     def _persistence(self) -> JumpPersistence:
         return JumpPersistence(steps=self.horizon_steps_, step_s=self.freq_s_,
                                max_age=self._max_jump_age())
@@ -432,8 +437,8 @@ class PrismForecaster(BaseForecaster):
         quiet = np.where(flat, _FLAT, _QUIET)
         if not self.use_jumps:
             return quiet.astype(np.int64)
-        state = jump_state(events, history, origins,
-                           max_age=self._max_jump_age())
+        state = jump_state(events, history, origins, max_age=self._max_jump_age(),
+                           settle=self._settle())
         return np.where(state.direction < 0, quiet,
                         np.where(state.direction == TOWARD, _BACK, _AWAY)).astype(np.int64)
 
@@ -451,7 +456,8 @@ class PrismForecaster(BaseForecaster):
         out: dict[str, FloatArray] = {"naive": np.repeat(last[:, None], steps, axis=1)}
         day = self._steps_of("1d") if self.freq_s_ <= 86400 else 1
         events = events if events is not None else self._events(history)
-        jumps = jump_state(events, history, origins, max_age=self._max_jump_age())
+        jumps = jump_state(events, history, origins, max_age=self._max_jump_age(),
+                           settle=self._settle())
         # the reversion target: the median since the latest jump (a level the series has
         # left is never the target), at most a day back
         since = np.where(np.isfinite(jumps.age), jumps.age + 1, day).astype(np.int64)

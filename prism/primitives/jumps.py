@@ -37,6 +37,8 @@ IntArray = npt.NDArray[np.int64]
 #: Upper edges of the age bins, as multiples of an hour (the last bin is open).
 AGE_BINS_H = (1.0, 3.0, 6.0, 12.0, 24.0)
 AWAY, TOWARD = 0, 1
+#: A jump with at most this share of its height left (the value back at its base) is over.
+GONE_SHARE = 0.1
 
 
 @dataclass(frozen=True)
@@ -158,12 +160,15 @@ class JumpState:
 
 
 def jump_state(events: JumpEvents, history: FloatArray, origins: npt.ArrayLike, *,
-               max_age: int) -> JumpState:
+               max_age: int, settle: int = 1) -> JumpState:
     """Age, base and direction of the latest jump flagged before each origin.
 
     A jump counts at origin ``e`` once it was flagged before ``e`` (``first < e``), and its
     direction is judged from the last value before ``e``, so only points before the origin
-    decide it.
+    decide it. A jump the series has undone by then (at most ``GONE_SHARE`` of its height, the
+    value when it was flagged minus its base, left at each of the ``settle`` points before the
+    origin) is over: no recent jump. A blip that came and went within the hour otherwise kept a
+    series that sat at its old level in the "jump away" regime for a day.
     """
     e = np.asarray(origins, dtype=np.int64)
     age = np.full(len(e), np.nan)
@@ -175,6 +180,14 @@ def jump_state(events: JumpEvents, history: FloatArray, origins: npt.ArrayLike, 
     ok = j >= 0
     a = np.where(ok, (e - 1) - events.onset[np.maximum(j, 0)], np.inf).astype(np.float64)
     ok &= a <= max_age
+    # a jump the series has undone (at most GONE_SHARE of its height left from the base, or
+    # past it, at each of the last ``settle`` points) is over: a one-off blip an hour long is
+    # no regime to forecast from
+    jb = np.maximum(j, 0)
+    height = history[np.minimum(events.first[jb], len(history) - 1)] - events.base[jb]
+    left = np.array([np.max(np.sign(h) * (history[max(0, t - settle):max(t, 1)] - b))
+                     for t, b, h in zip(e, events.base[jb], height, strict=True)])
+    ok &= left > GONE_SHARE * np.abs(height)  # a "jump" flagged at its base has no height
     age[ok] = a[ok]
     base[ok] = events.base[j[ok]]
     direction[ok] = direction_of(history[e[ok] - 1], events.base[j[ok]],

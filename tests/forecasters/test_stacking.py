@@ -70,6 +70,29 @@ def test_jumps_are_found_from_the_past_only() -> None:
     assert again.direction[0] == AWAY and again.age[0] == state.age[0]
 
 
+def test_a_blip_the_series_has_undone_is_no_recent_jump() -> None:
+    # A nearly idle series holds 2 GPUs; for 40 minutes it held 3, then went back. Once back
+    # at 2 no jump is live (the regime is "no jump"), while the series is still at 3 it is.
+    y = np.full(1200, 2.0)
+    y[900:904] = 3.0
+    events = jump_events(y, smooth=3, base_window=36, week=1008)
+    assert len(events.onset) >= 1 and events.base[0] == 2.0
+    state = jump_state(events, y, np.array([904, 1000]), max_age=144)
+    assert state.direction.tolist() == [AWAY, -1]
+    assert np.isnan(state.age[1]) and np.isfinite(state.age[0])
+    # just undone (one point back at the base): over when one point suffices, not when 6 must
+    soon = [jump_state(events, y, np.array([905]), max_age=144, settle=k).direction[0]
+            for k in (1, 6)]
+    assert soon[0] == -1 and soon[1] != -1
+    # a step that holds stays live at the same origin, as does one that is half undone
+    held, half = y.copy(), y.copy()
+    held[900:], half[900:904], half[904:] = 3.0, 3.0, 2.5
+    for z in (held, half):
+        live = jump_state(jump_events(z, smooth=3, base_window=36, week=1008), z,
+                          np.array([1000]), max_age=144)
+        assert live.direction.tolist() == [AWAY]
+
+
 def _stacking_data(candidate_is_right: bool, seed: int = 0) -> StackingData:
     rng = np.random.default_rng(seed)
     n, steps = 300, 12
