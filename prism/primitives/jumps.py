@@ -185,8 +185,13 @@ def jump_state(events: JumpEvents, history: FloatArray, origins: npt.ArrayLike, 
     # no regime to forecast from
     jb = np.maximum(j, 0)
     height = history[np.minimum(events.first[jb], len(history) - 1)] - events.base[jb]
-    left = np.array([np.max(np.sign(h) * (history[max(0, t - settle):max(t, 1)] - b))
-                     for t, b, h in zip(e, events.base[jb], height, strict=True)])
+    # the most of the jump left over those points: the highest of them after a rise, the
+    # lowest after a fall (trailing extremes of ``settle`` points, ending at each origin's last)
+    last = np.maximum(e - 1, 0)
+    window = pd.Series(history).rolling(max(settle, 1), min_periods=1)
+    top, bottom = window.max().to_numpy()[last], window.min().to_numpy()[last]
+    b = events.base[jb]
+    left = np.where(height > 0, top - b, np.where(height < 0, b - bottom, 0.0))
     ok &= left > GONE_SHARE * np.abs(height)  # a "jump" flagged at its base has no height
     age[ok] = a[ok]
     base[ok] = events.base[j[ok]]
