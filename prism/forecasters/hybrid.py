@@ -94,9 +94,10 @@ _STACK_PANEL_ORIGINS = 768
 #: A series' own jumps count as this many pseudo-jumps against the panel's table.
 _JUMP_PRIOR = 10.0
 #: The regimes of the stacker: no jump in the last day (the last 6 h flat, or not), a recent
-#: jump away from the week's level, a recent jump back toward it.
-_FLAT, _QUIET, _AWAY, _BACK = 0, 1, 2, 3
-_N_REGIMES = 4
+#: jump away from the week's level, a recent jump back toward it; each jump regime twice, as
+#: the series has moved in the last hour or held exactly still (a new level that holds).
+_FLAT, _QUIET, _AWAY, _BACK, _AWAY_HELD, _BACK_HELD = 0, 1, 2, 3, 4, 5
+_N_REGIMES = 6
 _COMBINERS = ("stacked", "recent")
 
 
@@ -439,8 +440,12 @@ class PrismForecaster(BaseForecaster):
             return quiet.astype(np.int64)
         state = jump_state(events, history, origins, max_age=self._max_jump_age(),
                            settle=self._settle())
+        hour = max(2, self._steps_of("1h") if self.freq_s_ <= 3600 else 2)
+        held = np.array([np.ptp(history[max(0, e - hour):e]) == 0 for e in origins], dtype=bool)
+        away = np.where(held, _AWAY_HELD, _AWAY)
+        back = np.where(held, _BACK_HELD, _BACK)
         return np.where(state.direction < 0, quiet,
-                        np.where(state.direction == TOWARD, _BACK, _AWAY)).astype(np.int64)
+                        np.where(state.direction == TOWARD, back, away)).astype(np.int64)
 
     # -- candidates ---------------------------------------------------------------------------
     def _candidates(self, series_id: str, history: FloatArray, origins: Ends, steps: int,

@@ -9,7 +9,8 @@ import pandas as pd
 
 from prism.evaluation.backtest import backtest
 from prism.forecasters import get_forecaster
-from prism.forecasters.stacking import NaiveAnchoredStacker, StackingData
+from prism.forecasters.hybrid import _AWAY, _AWAY_HELD
+from prism.forecasters.stacking import NaiveAnchoredStacker, StackingData, beats_the_last_value
 from prism.primitives.jumps import AWAY, TOWARD, jump_events, jump_state
 
 STEP = pd.Timedelta("10min")
@@ -145,6 +146,33 @@ def test_a_regime_that_fails_its_own_validation_takes_the_pooled_weights() -> No
     nothing = NaiveAnchoredStacker(edges=[3, 12], n_regimes=2).fit(
         dataclasses.replace(_stacking_data(False), regime=regime))
     np.testing.assert_array_equal(nothing.weights_, 0.0)
+
+
+def test_a_gain_needs_enough_windows_to_be_sure() -> None:
+    # windows alternately 2.7x better and 2.5x worse than the last value: a 5 % gain on the
+    # geometric mean, which 30 windows cannot tell from luck and 3,000 can
+    pattern = np.array([-1.0, 0.9])
+    assert not beats_the_last_value(np.tile(pattern, 15), min_gain=0.02)
+    assert beats_the_last_value(np.tile(pattern, 1500), min_gain=0.02)
+    # a sure gain smaller than the minimum is not taken either
+    assert not beats_the_last_value(np.full(3000, -0.01) + np.tile([0.001, -0.001], 1500),
+                                    min_gain=0.02)
+    assert not beats_the_last_value(np.array([-1.0]), min_gain=0.02)
+
+
+def test_a_new_level_held_still_is_a_regime_of_its_own() -> None:
+    # Two fleets' apps: one steps up and holds its new level exactly, the other steps up and
+    # keeps moving (a burst that decays). At the same origin both have a live jump away from
+    # the week's level; only the held one is in the "held" regime.
+    values = _deployments(4, 14, seed=1)
+    forecaster = get_forecaster("prism", **FAST).fit(_panel(values))
+    y = np.full(14 * DAY, 40.0)
+    y[-12:] = 60.0
+    moving = y.copy()
+    moving[-12:] = np.linspace(76.0, 56.0, 12)
+    regimes = [int(forecaster._regimes(z, np.array([len(z)]), forecaster._events(z))[0])
+               for z in (y, moving)]
+    assert regimes == [_AWAY_HELD, _AWAY]
 
 
 def test_the_meta_learner_never_sees_a_test_window() -> None:
