@@ -98,6 +98,8 @@ _JUMP_PRIOR = 10.0
 #: the series has moved in the last hour or held exactly still (a new level that holds).
 _FLAT, _QUIET, _AWAY, _BACK, _AWAY_HELD, _BACK_HELD = 0, 1, 2, 3, 4, 5
 _N_REGIMES = 6
+#: The regime each was split from (a held regime with too few origins learns with its parent).
+_PARENTS = [_FLAT, _QUIET, _AWAY, _BACK, _AWAY, _BACK]
 _COMBINERS = ("stacked", "recent")
 
 
@@ -394,6 +396,7 @@ class PrismForecaster(BaseForecaster):
             regimes.append(self._regimes(v, origins, events))
             levels.append(np.abs(last))
         stacker = NaiveAnchoredStacker(edges=self._block_edges(steps), n_regimes=_N_REGIMES,
+                                       parents=_PARENTS,
                                        random_state=self.random_state)
         if not deltas:
             logger.info("no stacking origins: PRISM forecasts the last value")

@@ -88,15 +88,20 @@ class NaiveAnchoredStacker:
     Args:
         edges: upper edges (in steps, increasing) of the horizon blocks.
         n_regimes: regimes are ``0 .. n_regimes - 1``.
+        parents: per regime, the regime it was split from (itself if none); regimes with one
+            parent are a family. A regime with too few origins of its own learns from its
+            family's origins together (the regime before the split), then the pooled ones.
         min_gain: a block's weights must cut the validation loss by this share.
         penalty: weight of ``sum w`` in the loss, as a share of the last value's loss.
         random_state: seed of the row sample.
     """
 
-    def __init__(self, *, edges: list[int], n_regimes: int, min_gain: float = 0.02,
+    def __init__(self, *, edges: list[int], n_regimes: int, parents: list[int] | None = None,
+                 min_gain: float = 0.02,
                  penalty: float = 0.002, random_state: int | None = 0) -> None:
         self.edges = edges
         self.n_regimes = n_regimes
+        self.parents = parents
         self.min_gain = min_gain
         self.penalty = penalty
         self.random_state = random_state
@@ -116,13 +121,19 @@ class NaiveAnchoredStacker:
             scale = self._scales(data, lo, hi)
             pooled, pooled_gain = self._fit_block(data, lo, hi, scale,
                                                   np.ones(len(data.group), bool), rng)
+            parents = self.parents or list(range(self.n_regimes))
             for r in range(self.n_regimes):
                 mask = data.regime == r
+                family = np.isin(data.regime, [q for q in range(self.n_regimes)
+                                               if parents[q] == parents[r]])
                 if mask.sum() >= MIN_ORIGINS:
                     w, gain = self._fit_block(data, lo, hi, scale, mask, rng)
-                    if not w.any():  # failed its own validation: the pooled weights, if any
-                        w, gain = pooled, pooled_gain
+                elif family.sum() >= MIN_ORIGINS and family.sum() > mask.sum():
+                    # too few of its own: the regime it was split from, as if unsplit
+                    w, gain = self._fit_block(data, lo, hi, scale, family, rng)
                 else:
+                    w, gain = np.zeros(n_cand), 0.0
+                if not w.any():  # failed its validation: the pooled weights, if any
                     w, gain = pooled, pooled_gain
                 self.weights_[b, r] = w
                 self.gain_[b, r] = gain
