@@ -59,6 +59,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
+import pandas as pd
 
 from prism.errors import ConfigError, DataContractError
 from prism.forecasters.base import BaseForecaster, FloatArray
@@ -437,14 +438,13 @@ class PrismForecaster(BaseForecaster):
     def _regimes(self, history: FloatArray, origins: Ends,
                  events: JumpEvents) -> npt.NDArray[np.int64]:
         six = max(1, self._steps_of("6h") if self.freq_s_ <= 21600 else 1)
-        flat = np.array([np.ptp(history[max(0, e - six):e]) == 0 for e in origins], dtype=bool)
-        quiet = np.where(flat, _FLAT, _QUIET)
+        quiet = np.where(_still(history, origins, six), _FLAT, _QUIET)
         if not self.use_jumps:
             return quiet.astype(np.int64)
         state = jump_state(events, history, origins, max_age=self._max_jump_age(),
                            settle=self._settle())
         hour = max(2, self._steps_of("1h") if self.freq_s_ <= 3600 else 2)
-        held = np.array([np.ptp(history[max(0, e - hour):e]) == 0 for e in origins], dtype=bool)
+        held = _still(history, origins, hour)
         away = np.where(held, _AWAY_HELD, _AWAY)
         back = np.where(held, _BACK_HELD, _BACK)
         return np.where(state.direction < 0, quiet,
@@ -626,6 +626,14 @@ class PrismForecaster(BaseForecaster):
             weights[known, :, lo:hi] = previous[known][:, :, None]
             lo = hi
         return weights
+
+
+def _still(history: FloatArray, origins: Ends, width: int) -> npt.NDArray[np.bool_]:
+    """Whether the last ``width`` points before each origin (fewer at the start) are all equal:
+    trailing extremes from one rolling pass, read at each origin's last point."""
+    window = pd.Series(history).rolling(width, min_periods=1)
+    last = origins - 1
+    return np.asarray(window.max().to_numpy()[last] == window.min().to_numpy()[last])
 
 
 def _repeat_last(history: FloatArray, origins: Ends, steps: int, season: int) -> FloatArray:

@@ -113,6 +113,10 @@ class NaiveAnchoredStacker:
         self.weights_ = np.zeros((n_blocks, self.n_regimes, n_cand))
         self.gain_ = np.zeros((n_blocks, self.n_regimes))  # validation loss cut (share)
         rng = np.random.default_rng(self.random_state)
+        parents = np.asarray(self.parents if self.parents is not None
+                             else range(self.n_regimes))
+        # each regime's family: the origins of every regime split from the same parent
+        families = [parents[data.regime] == parents[r] for r in range(self.n_regimes)]
         lo = 0
         for b, hi in enumerate(self.edges):
             hi = min(hi, data.target.shape[1])
@@ -121,11 +125,9 @@ class NaiveAnchoredStacker:
             scale = self._scales(data, lo, hi)
             pooled, pooled_gain = self._fit_block(data, lo, hi, scale,
                                                   np.ones(len(data.group), bool), rng)
-            parents = self.parents or list(range(self.n_regimes))
             for r in range(self.n_regimes):
                 mask = data.regime == r
-                family = np.isin(data.regime, [q for q in range(self.n_regimes)
-                                               if parents[q] == parents[r]])
+                family = families[r]
                 if mask.sum() >= MIN_ORIGINS:
                     w, gain = self._fit_block(data, lo, hi, scale, mask, rng)
                 elif family.sum() >= MIN_ORIGINS and family.sum() > mask.sum():
