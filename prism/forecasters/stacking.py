@@ -71,7 +71,12 @@ class StackingData:
             time split).
         regime: ``(origins,)`` the origin's regime (small non-negative integers).
         level: ``(origins,)`` the series' level at the origin (``|last|``): a window's MAE is
-            floored at ``1e-3`` of it when ratios are taken, as the benchmark does.
+            floored at ``1e-3`` of it when ratios are taken. The benchmark floors at the
+            series' mean level instead; at a last value of 0 this floor is far stricter, on
+            purpose: the stacker with the series' floor moved from a 0 it should have kept
+            (a generated app scaled to 0 got forecast back towards its old 4 GPUs, 2,775 times
+            the last value's error), which cost deployments 1-2 % a day ahead on two weeks
+            while it won 5 % on arrivals an hour ahead.
     """
 
     deltas: FloatArray

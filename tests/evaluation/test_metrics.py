@@ -433,7 +433,7 @@ def test_equal_ratios_give_a_zero_width_interval() -> None:
     assert out["windows"] == 24
 
 
-def test_mae_is_floored_at_a_thousandth_of_the_level() -> None:
+def test_mae_is_floored_at_a_thousandth_of_the_series_level() -> None:
     w = windows_frame([
         ("naive", "a", 0, 0.0, 100.0), ("m", "a", 0, 0.5, 100.0),    # 0.5 / floor 0.1
         ("naive", "b", 0, 0.0, 0.0), ("m", "b", 0, 1e-9, 0.0),       # idle: floor 1e-9
@@ -441,6 +441,24 @@ def test_mae_is_floored_at_a_thousandth_of_the_level() -> None:
     rel = relative_mae(w).set_index(["model", "series_id"])["rel_mae"]
     assert rel[("m", "a")] == pytest.approx(5.0)
     assert rel[("m", "b")] == pytest.approx(1.0)
+
+
+def test_an_idle_window_of_a_busy_series_is_floored_at_the_series_level() -> None:
+    # arrivals at night: every actual 0, the last value 0 and exact. The floor is a thousandth
+    # of the series' mean level over its windows (2), not of the idle window's (0): a forecast
+    # 0.1 off is 50 times the floor, not 1e8 times the 1e-9 of a series that is always idle
+    w = windows_frame([
+        ("naive", "a", 0, 0.0, 0.0), ("m", "a", 0, 0.1, 0.0),
+        ("naive", "a", 6, 1.0, 4.0), ("m", "a", 6, 1.0, 4.0),
+        ("naive", "b", 0, 0.0, 0.0), ("m", "b", 0, 0.1, 0.0),        # always idle
+    ])
+    rel = relative_mae(w).set_index(["model", "series_id", "cutoff"])["rel_mae"]
+    assert rel[("m", "a", T0)] == pytest.approx(50.0)
+    assert rel[("m", "b", T0)] == pytest.approx(1e8)
+    # the scale comes from the baseline's windows: a model missing one is floored the same
+    fewer = w.drop(w.index[(w["model"] == "m") & (w["cutoff"] > T0)])
+    assert relative_mae(fewer).set_index(["model", "series_id", "cutoff"])[
+        "rel_mae"][("m", "a", T0)] == pytest.approx(50.0)
 
 
 def test_bootstrap_resamples_cutoffs_as_blocks() -> None:

@@ -77,8 +77,9 @@ def evaluate(
         ``model, series_id, cutoff, n, mean_abs_actual, mae, rmse, mase, smape, wape,
         pinball_p.., crps, coverage_.., width_.., burst_mse, burst_steps, under_p..,
         over_p..``. ``mean_abs_actual`` is the window's ``mean(|y|)``: :func:`relative_mae`
-        floors MAEs at a thousandth of it, and :func:`summarize_windows` pools WAPE with it
-        (``sum n * mae / sum n * mean_abs_actual``) and makes interval widths relative.
+        floors MAEs at a thousandth of its mean over the series' windows, and
+        :func:`summarize_windows` pools WAPE with it (``sum n * mae / sum n *
+        mean_abs_actual``) and makes interval widths relative.
 
     Raises:
         DataContractError: for a frame missing columns or a quantile the levels need, or a
