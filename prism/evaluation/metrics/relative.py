@@ -75,15 +75,15 @@ def relative_mae(windows: pd.DataFrame, *, baseline: str = "naive") -> pd.DataFr
             f"{first[CUTOFF]}) appears more than once; give the column that tells the copies "
             "apart (e.g. dataset or horizon) as text, so that it is a key"
         )
-    base = windows.loc[windows[MODEL] == baseline, [*keys, "mae"]]
+    base = windows.loc[windows[MODEL] == baseline, [*keys, "mae", "mean_abs_actual"]]
     if base.empty:
         raise DataContractError(
             f"no window of the baseline {baseline!r} (models: "
             f"{list(pd.unique(windows[MODEL]))}); run the baseline in the same backtest"
         )
     out = windows[[*keys[:-2], MODEL, SERIES_ID, CUTOFF, "mae", "mean_abs_actual"]].merge(
-        base.rename(columns={"mae": "mae_baseline"}), on=keys, how="left", indicator=True,
-        sort=False)
+        base[[*keys, "mae"]].rename(columns={"mae": "mae_baseline"}), on=keys, how="left",
+        indicator=True, sort=False)
     lacking = out["_merge"] == "left_only"
     if lacking.any():
         first = out.loc[lacking].iloc[0]
@@ -96,10 +96,8 @@ def relative_mae(windows: pd.DataFrame, *, baseline: str = "naive") -> pd.DataFr
     base_mae = out["mae_baseline"].to_numpy(np.float64)
     # each series' scale: its mean absolute actual over the baseline's windows (the same for
     # every model, whichever windows it has)
-    per_series = (windows.loc[windows[MODEL] == baseline].groupby(keys[:-1], sort=False)
-                  ["mean_abs_actual"].mean().rename("scale"))
-    scale = out[keys[:-1]].merge(per_series, left_on=keys[:-1], right_index=True,
-                                 how="left")["scale"].to_numpy(np.float64)
+    per_series = base.groupby(keys[:-1], sort=False)["mean_abs_actual"].mean().rename("scale")
+    scale = out[keys[:-1]].join(per_series, on=keys[:-1])["scale"].to_numpy(np.float64)
     floor = np.maximum(FLOOR_SHARE * scale, FLOOR_MIN)
     out[REL_MAE] = np.maximum(model_mae, floor) / np.maximum(base_mae, floor)
     keep = ~((model_mae == 0) & (base_mae == 0))
