@@ -32,8 +32,8 @@ with a meta-learner trained out of sample across the panel, with the last value 
 :class:`~prism.forecasters.stacking.NaiveAnchoredStacker`: per block of horizon steps (up to
 1 h, 3 h, 6 h, 12 h, 1 d, 2 d, beyond) and per regime of the origin (no jump in the last day, a
 recent jump away from the week's level, a recent jump back toward it; a jump the series undid
-and stayed off for 6 h is over), convex weights over the
-candidates' changes from the last value, fitted by least absolute relative error on
+and stayed off for 6 h is over; a last value of 0 is a regime of its own), convex weights over
+the candidates' changes from the last value, fitted by least absolute relative error on
 rolling-origin forecasts of all series. Those forecasts are out of sample: the dictionary and
 the RNN are learned on each series but its last ``stack_window``, whose origins train the
 weights (the backtest's test windows and the conformal tail come later still). A block keeps
@@ -97,10 +97,14 @@ _JUMP_PRIOR = 10.0
 #: The regimes of the stacker: no jump in the last day (the last 6 h flat, or not), a recent
 #: jump away from the week's level, a recent jump back toward it; each jump regime twice, as
 #: the series has moved in the last hour or held exactly still (a new level that holds).
-_FLAT, _QUIET, _AWAY, _BACK, _AWAY_HELD, _BACK_HELD = 0, 1, 2, 3, 4, 5
-_N_REGIMES = 6
+#: An origin whose last value is 0 (an idle series, an app scaled to 0) is a regime of its own,
+#: whatever came before: its last value is exact for as long as the series stays idle, so a
+#: candidate that moves loses without bound there, and the other regimes should not have to
+#: pay for it.
+_FLAT, _QUIET, _AWAY, _BACK, _AWAY_HELD, _BACK_HELD, _IDLE = 0, 1, 2, 3, 4, 5, 6
+_N_REGIMES = 7
 #: The regime each was split from (a held regime with too few origins learns with its parent).
-_PARENTS = [_FLAT, _QUIET, _AWAY, _BACK, _AWAY, _BACK]
+_PARENTS = [_FLAT, _QUIET, _AWAY, _BACK, _AWAY, _BACK, _IDLE]
 _COMBINERS = ("stacked", "recent")
 
 
@@ -438,17 +442,19 @@ class PrismForecaster(BaseForecaster):
     def _regimes(self, history: FloatArray, origins: Ends,
                  events: JumpEvents) -> npt.NDArray[np.int64]:
         six = max(1, self._steps_of("6h") if self.freq_s_ <= 21600 else 1)
+        idle = history[origins - 1] == 0
         quiet = np.where(_still(history, origins, six), _FLAT, _QUIET)
         if not self.use_jumps:
-            return quiet.astype(np.int64)
+            return np.where(idle, _IDLE, quiet).astype(np.int64)
         state = jump_state(events, history, origins, max_age=self._max_jump_age(),
                            settle=self._settle())
         hour = max(2, self._steps_of("1h") if self.freq_s_ <= 3600 else 2)
         held = _still(history, origins, hour)
         away = np.where(held, _AWAY_HELD, _AWAY)
         back = np.where(held, _BACK_HELD, _BACK)
-        return np.where(state.direction < 0, quiet,
-                        np.where(state.direction == TOWARD, back, away)).astype(np.int64)
+        jumped = np.where(state.direction == TOWARD, back, away)
+        return np.where(idle, _IDLE,
+                        np.where(state.direction < 0, quiet, jumped)).astype(np.int64)
 
     # -- candidates ---------------------------------------------------------------------------
     def _candidates(self, series_id: str, history: FloatArray, origins: Ends, steps: int,

@@ -9,7 +9,7 @@ import pandas as pd
 
 from prism.evaluation.backtest import backtest
 from prism.forecasters import get_forecaster
-from prism.forecasters.hybrid import _AWAY, _AWAY_HELD
+from prism.forecasters.hybrid import _AWAY, _AWAY_HELD, _IDLE
 from prism.forecasters.stacking import NaiveAnchoredStacker, StackingData, beats_the_last_value
 from prism.primitives.jumps import AWAY, TOWARD, jump_events, jump_state
 
@@ -111,6 +111,11 @@ def test_the_stacker_takes_a_candidate_that_is_right() -> None:
     stacker = NaiveAnchoredStacker(edges=[3, 12], n_regimes=1).fit(_stacking_data(True))
     np.testing.assert_allclose(stacker.weights_[:, 0, 0], 1.0, atol=0.02)
     np.testing.assert_allclose(stacker.weights_[:, 0, 1], 0.0, atol=0.02)
+    # a regime it has no weights for (one a newer PRISM added to a saved model) keeps the last
+    # value; the known regime moves
+    moved = stacker.combine(np.ones((2, 2, 12)), np.array([0, 6]))
+    assert (moved[0] > 0.9).all()
+    np.testing.assert_array_equal(moved[1], 0.0)
 
 
 def test_the_stacker_keeps_the_last_value_where_nothing_beats_it() -> None:
@@ -123,15 +128,14 @@ def test_the_stacker_keeps_the_last_value_where_nothing_beats_it() -> None:
 
 def test_a_regime_that_fails_its_own_validation_takes_the_pooled_weights() -> None:
     """One series in five is a regime of its own (60 origins, enough for weights of its own),
-    and there the candidate is noise over the latest third of the origins: its own weights
-    fail that fold. The weights of all origins pooled pass every fold, so the regime takes
-    them rather than the last value; with nothing that passes, it keeps the last value."""
+    and there the candidate is 1.5 times the last value's error over the latest third of the
+    origins (it moves half as far the wrong way): its own weights fail that fold. The weights
+    of all origins pooled pass every fold, so the regime takes them rather than the last
+    value; with nothing that passes, it keeps the last value."""
     data = _stacking_data(True)
     regime = (data.group == 4).astype(np.int64)
     late = (regime == 1) & (data.order >= 2 / 3)
-    rng = np.random.default_rng(5)
-    data.deltas[0, late] = rng.normal(0, 1, (int(late.sum()), data.deltas.shape[2])).cumsum(
-        axis=1)
+    data.deltas[0, late] = -0.5 * data.target[late]
     data = dataclasses.replace(data, regime=regime)
     stacker = NaiveAnchoredStacker(edges=[3, 12], n_regimes=2).fit(data)
     own = stacker._fit_block(data, 0, 3, stacker._scales(data, 0, 3), regime == 1,
@@ -146,6 +150,38 @@ def test_a_regime_that_fails_its_own_validation_takes_the_pooled_weights() -> No
     nothing = NaiveAnchoredStacker(edges=[3, 12], n_regimes=2).fit(
         dataclasses.replace(_stacking_data(False), regime=regime))
     np.testing.assert_array_equal(nothing.weights_, 0.0)
+
+
+def test_a_regime_the_pooled_weights_lost_on_keeps_the_last_value() -> None:
+    """Where the candidate moves half as far the wrong way on every window of one regime (1.5
+    times the last value's error), that regime's own weights fail, and so do the pooled ones on
+    its windows (out of sample, fold by fold), although they beat the last value over all
+    origins: the regime keeps the last value."""
+    data = _stacking_data(True)
+    regime = (data.group == 4).astype(np.int64)
+    own = regime == 1
+    data.deltas[0, own] = -0.5 * data.target[own]
+    data = dataclasses.replace(data, regime=regime)
+    stacker = NaiveAnchoredStacker(edges=[3, 12], n_regimes=2).fit(data)
+    scale = stacker._scales(data, 0, 3)
+    pooled, _, held_out = stacker._fit_block(data, 0, 3, scale, np.ones(len(regime), bool),
+                                             np.random.default_rng(stacker.random_state))
+    assert pooled[0] > 0.5  # the pooled weights pass...
+    assert np.nanmean(held_out[own]) > 0 > np.nanmean(held_out[~own])  # ...but lose there
+    np.testing.assert_array_equal(stacker.weights_[:, 1], 0.0)
+    assert (stacker.weights_[:, 0, 0] > 0.9).all()  # the other regime keeps its own
+
+
+def test_an_app_scaled_to_zero_is_the_idle_regime() -> None:
+    # Whatever came before, an origin whose last value is 0 is idle: an app that held 40 GPUs
+    # for days and was scaled to 0 an hour ago, and a series idle all along.
+    values = _deployments(4, 14, seed=1)
+    forecaster = get_forecaster("prism", **FAST).fit(_panel(values))
+    y = np.full(14 * DAY, 40.0)
+    y[-6:] = 0.0
+    regimes = [int(forecaster._regimes(z, np.array([len(z)]), forecaster._events(z))[0])
+               for z in (y, np.zeros(14 * DAY), y[:-6])]
+    assert regimes[:2] == [_IDLE, _IDLE] and regimes[2] != _IDLE
 
 
 def test_a_gain_needs_enough_windows_to_be_sure() -> None:
