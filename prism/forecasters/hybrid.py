@@ -442,19 +442,17 @@ class PrismForecaster(BaseForecaster):
     def _regimes(self, history: FloatArray, origins: Ends,
                  events: JumpEvents) -> npt.NDArray[np.int64]:
         six = max(1, self._steps_of("6h") if self.freq_s_ <= 21600 else 1)
-        idle = history[origins - 1] == 0
-        quiet = np.where(_still(history, origins, six), _FLAT, _QUIET)
-        if not self.use_jumps:
-            return np.where(idle, _IDLE, quiet).astype(np.int64)
-        state = jump_state(events, history, origins, max_age=self._max_jump_age(),
-                           settle=self._settle())
-        hour = max(2, self._steps_of("1h") if self.freq_s_ <= 3600 else 2)
-        held = _still(history, origins, hour)
-        away = np.where(held, _AWAY_HELD, _AWAY)
-        back = np.where(held, _BACK_HELD, _BACK)
-        jumped = np.where(state.direction == TOWARD, back, away)
-        return np.where(idle, _IDLE,
-                        np.where(state.direction < 0, quiet, jumped)).astype(np.int64)
+        regime = np.where(_still(history, origins, six), _FLAT, _QUIET)
+        if self.use_jumps:
+            state = jump_state(events, history, origins, max_age=self._max_jump_age(),
+                               settle=self._settle())
+            hour = max(2, self._steps_of("1h") if self.freq_s_ <= 3600 else 2)
+            held = _still(history, origins, hour)
+            away = np.where(held, _AWAY_HELD, _AWAY)
+            back = np.where(held, _BACK_HELD, _BACK)
+            regime = np.where(state.direction < 0, regime,
+                              np.where(state.direction == TOWARD, back, away))
+        return np.where(history[origins - 1] == 0, _IDLE, regime).astype(np.int64)
 
     # -- candidates ---------------------------------------------------------------------------
     def _candidates(self, series_id: str, history: FloatArray, origins: Ends, steps: int,
