@@ -9,7 +9,7 @@ import pandas as pd
 
 from prism.evaluation.backtest import backtest
 from prism.forecasters import get_forecaster
-from prism.forecasters.hybrid import _AWAY, _AWAY_HELD, _IDLE
+from prism.forecasters.hybrid import _AWAY, _AWAY_HELD, _CYCLING, _IDLE, _QUIET
 from prism.forecasters.stacking import NaiveAnchoredStacker, StackingData, beats_the_last_value
 from prism.primitives.jumps import AWAY, TOWARD, jump_events, jump_state
 
@@ -179,9 +179,50 @@ def test_an_app_scaled_to_zero_is_the_idle_regime() -> None:
     forecaster = get_forecaster("prism", **FAST).fit(_panel(values))
     y = np.full(14 * DAY, 40.0)
     y[-6:] = 0.0
-    regimes = [int(forecaster._regimes(z, np.array([len(z)]), forecaster._events(z))[0])
+    regimes = [int(forecaster._regimes(z, np.array([len(z)]), forecaster._events(z), DAY)[0])
                for z in (y, np.zeros(14 * DAY), y[:-6])]
     assert regimes[:2] == [_IDLE, _IDLE] and regimes[2] != _IDLE
+
+
+def test_a_day_that_repeated_the_day_before_is_the_cycling_regime() -> None:
+    # Without a jump, a series whose last day repeated the day before (a daily cycle) is in
+    # the cycling regime; one whose last day went against the day before is not, although it
+    # moved as much; a series that held still is neither.
+    values = _deployments(4, 14, seed=1)
+    forecaster = get_forecaster("prism", **FAST).fit(_panel(values))
+    t = np.arange(14 * DAY)
+    cycle = 50.0 + 10.0 * np.sin(2 * np.pi * t / DAY)
+    broken = cycle.copy()
+    broken[-2 * DAY:-DAY] = 50.0 - 10.0 * np.sin(2 * np.pi * t[-2 * DAY:-DAY] / DAY)
+    regimes = [int(forecaster._regimes(z, np.array([len(z)]), forecaster._events(z), DAY)[0])
+               for z in (cycle, broken)]
+    assert regimes == [_CYCLING, _QUIET]
+    # a cycle the series' chosen season does not span is not a repeat of it
+    assert forecaster._regimes(cycle, np.array([len(cycle)]), forecaster._events(cycle),
+                               DAY // 2)[0] == _QUIET
+
+
+def test_a_model_saved_before_the_split_gives_the_cycling_regime_its_parents_weights() -> None:
+    # A stacker fitted with the regimes before the cycling one was split from the quiet one
+    # (a saved model from an older PRISM) forecasts a cycling series with the quiet weights.
+    values = _deployments(4, 14, seed=1)
+    forecaster = get_forecaster("prism", **FAST).fit(_panel(values))
+    stacker = forecaster.stacker_
+    assert stacker is not None
+    weights = np.zeros_like(stacker.weights_)
+    season = forecaster._stack_names(forecaster._candidate_names()).index("season")
+    weights[:, _QUIET, season] = 1.0  # the quiet regime repeats the last season
+    stacker.weights_ = weights
+    sid = next(iter(values))
+    t = np.arange(14 * DAY)
+    cycle = 50.0 + 10.0 * np.sin(2 * np.pi * t / DAY)
+    ends = np.array([len(cycle)])
+    forecaster.state_[sid].season = DAY
+    new = forecaster._forecast_many(sid, cycle, ends, DAY)
+    stacker.weights_ = weights[:, :_CYCLING]
+    old = forecaster._forecast_many(sid, cycle, ends, DAY)
+    np.testing.assert_allclose(new[0], cycle[-1])  # no weights for cycling: the last value
+    np.testing.assert_allclose(old[0], cycle[-DAY:])  # the quiet weights: the last day again
 
 
 def test_a_gain_needs_enough_windows_to_be_sure() -> None:
@@ -206,7 +247,7 @@ def test_a_new_level_held_still_is_a_regime_of_its_own() -> None:
     y[-12:] = 60.0
     moving = y.copy()
     moving[-12:] = np.linspace(76.0, 56.0, 12)
-    regimes = [int(forecaster._regimes(z, np.array([len(z)]), forecaster._events(z))[0])
+    regimes = [int(forecaster._regimes(z, np.array([len(z)]), forecaster._events(z), DAY)[0])
                for z in (y, moving)]
     assert regimes == [_AWAY_HELD, _AWAY]
 
