@@ -32,8 +32,9 @@ with a meta-learner trained out of sample across the panel, with the last value 
 :class:`~prism.forecasters.stacking.NaiveAnchoredStacker`: per block of horizon steps (up to
 1 h, 3 h, 6 h, 12 h, 1 d, 2 d, beyond) and per regime of the origin (no jump in the last day, a
 recent jump away from the week's level, a recent jump back toward it; a jump the series undid
-and stayed off for 6 h is over; a last value of 0 is a regime of its own), convex weights over
-the candidates' changes from the last value, fitted by least absolute relative error on
+and stayed off for 6 h is over; a last value of 0 is a regime of its own, and so is a series
+whose last season repeated the one before), convex weights over the candidates' changes from
+the last value, fitted by least absolute relative error on
 rolling-origin forecasts of all series. Those forecasts are out of sample: the dictionary and
 the RNN are learned on each series but its last ``stack_window``, whose origins train the
 weights (the backtest's test windows and the conformal tail come later still). A block keeps

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from prism.evaluation.backtest import backtest
 from prism.forecasters import get_forecaster
@@ -16,6 +18,8 @@ from prism.primitives.jumps import AWAY, TOWARD, jump_events, jump_state
 STEP = pd.Timedelta("10min")
 DAY = 144
 FAST = {"use_rnn": False, "use_gbm": False, "use_primitives": False}
+#: A fleet's series and a PRISM fitted on them.
+Fleet = tuple[dict[str, np.ndarray], Any]
 
 
 def _panel(values: dict[str, np.ndarray]) -> pd.DataFrame:
@@ -41,6 +45,22 @@ def _deployments(n: int, days: int, seed: int) -> dict[str, np.ndarray]:
         y[-12:] = y[-13] * (1.5 if i % 2 else 0.5)  # a fresh step in the last two hours
         out[f"fleet/app{i}/gpus_in_use"] = y
     return out
+
+
+@pytest.fixture(scope="module")
+def fleet() -> Fleet:
+    """Four apps and a PRISM fitted on them (tests that change the model fit their own)."""
+    values = _deployments(4, 14, seed=1)
+    return values, get_forecaster("prism", **FAST).fit(_panel(values))
+
+
+def _daily_cycle(days: int = 14) -> np.ndarray:
+    return 50.0 + 10.0 * np.sin(2 * np.pi * np.arange(days * DAY) / DAY)
+
+
+def _regime_at_end(forecaster: Any, y: np.ndarray, season: int = DAY) -> int:
+    """The stacker's regime of an origin at the end of ``y``."""
+    return int(forecaster._regimes(y, np.array([len(y)]), forecaster._events(y), season)[0])
 
 
 def test_a_persistent_step_holds_a_day_ahead() -> None:
@@ -172,34 +192,27 @@ def test_a_regime_the_pooled_weights_lost_on_keeps_the_last_value() -> None:
     assert (stacker.weights_[:, 0, 0] > 0.9).all()  # the other regime keeps its own
 
 
-def test_an_app_scaled_to_zero_is_the_idle_regime() -> None:
+def test_an_app_scaled_to_zero_is_the_idle_regime(fleet: Fleet) -> None:
     # Whatever came before, an origin whose last value is 0 is idle: an app that held 40 GPUs
     # for days and was scaled to 0 an hour ago, and a series idle all along.
-    values = _deployments(4, 14, seed=1)
-    forecaster = get_forecaster("prism", **FAST).fit(_panel(values))
+    _, forecaster = fleet
     y = np.full(14 * DAY, 40.0)
     y[-6:] = 0.0
-    regimes = [int(forecaster._regimes(z, np.array([len(z)]), forecaster._events(z), DAY)[0])
-               for z in (y, np.zeros(14 * DAY), y[:-6])]
+    regimes = [_regime_at_end(forecaster, z) for z in (y, np.zeros(14 * DAY), y[:-6])]
     assert regimes[:2] == [_IDLE, _IDLE] and regimes[2] != _IDLE
 
 
-def test_a_day_that_repeated_the_day_before_is_the_cycling_regime() -> None:
+def test_a_day_that_repeated_the_day_before_is_the_cycling_regime(fleet: Fleet) -> None:
     # Without a jump, a series whose last day repeated the day before (a daily cycle) is in
     # the cycling regime; one whose last day went against the day before is not, although it
-    # moved as much; a series that held still is neither.
-    values = _deployments(4, 14, seed=1)
-    forecaster = get_forecaster("prism", **FAST).fit(_panel(values))
-    t = np.arange(14 * DAY)
-    cycle = 50.0 + 10.0 * np.sin(2 * np.pi * t / DAY)
+    # moved as much.
+    _, forecaster = fleet
+    cycle = _daily_cycle()
     broken = cycle.copy()
-    broken[-2 * DAY:-DAY] = 50.0 - 10.0 * np.sin(2 * np.pi * t[-2 * DAY:-DAY] / DAY)
-    regimes = [int(forecaster._regimes(z, np.array([len(z)]), forecaster._events(z), DAY)[0])
-               for z in (cycle, broken)]
-    assert regimes == [_CYCLING, _QUIET]
+    broken[-2 * DAY:-DAY] = 100.0 - cycle[-2 * DAY:-DAY]  # the day before, mirrored
+    assert [_regime_at_end(forecaster, z) for z in (cycle, broken)] == [_CYCLING, _QUIET]
     # a cycle the series' chosen season does not span is not a repeat of it
-    assert forecaster._regimes(cycle, np.array([len(cycle)]), forecaster._events(cycle),
-                               DAY // 2)[0] == _QUIET
+    assert _regime_at_end(forecaster, cycle, season=DAY // 2) == _QUIET
 
 
 def test_a_model_saved_before_the_split_gives_the_cycling_regime_its_parents_weights() -> None:
@@ -214,8 +227,7 @@ def test_a_model_saved_before_the_split_gives_the_cycling_regime_its_parents_wei
     weights[:, _QUIET, season] = 1.0  # the quiet regime repeats the last season
     stacker.weights_ = weights
     sid = next(iter(values))
-    t = np.arange(14 * DAY)
-    cycle = 50.0 + 10.0 * np.sin(2 * np.pi * t / DAY)
+    cycle = _daily_cycle()
     ends = np.array([len(cycle)])
     forecaster.state_[sid].season = DAY
     new = forecaster._forecast_many(sid, cycle, ends, DAY)
@@ -237,19 +249,16 @@ def test_a_gain_needs_enough_windows_to_be_sure() -> None:
     assert not beats_the_last_value(np.array([-1.0]), min_gain=0.02)
 
 
-def test_a_new_level_held_still_is_a_regime_of_its_own() -> None:
+def test_a_new_level_held_still_is_a_regime_of_its_own(fleet: Fleet) -> None:
     # Two fleets' apps: one steps up and holds its new level exactly, the other steps up and
     # keeps moving (a burst that decays). At the same origin both have a live jump away from
     # the week's level; only the held one is in the "held" regime.
-    values = _deployments(4, 14, seed=1)
-    forecaster = get_forecaster("prism", **FAST).fit(_panel(values))
+    _, forecaster = fleet
     y = np.full(14 * DAY, 40.0)
     y[-12:] = 60.0
     moving = y.copy()
     moving[-12:] = np.linspace(76.0, 56.0, 12)
-    regimes = [int(forecaster._regimes(z, np.array([len(z)]), forecaster._events(z), DAY)[0])
-               for z in (y, moving)]
-    assert regimes == [_AWAY_HELD, _AWAY]
+    assert [_regime_at_end(forecaster, z) for z in (y, moving)] == [_AWAY_HELD, _AWAY]
 
 
 def test_the_meta_learner_never_sees_a_test_window() -> None:
