@@ -97,7 +97,8 @@ def test_prism_forecast_with_typed_parameters(
     db, _ = store
     out = tmp_path / "prism.json"
     assert main(["--db", db, "forecast", SID, "--param", "use_rnn=false", "--param",
-                 "combiner_power=2", "--horizon", "6h", "--output", str(out)]) == 0
+                 "combiner_power=2", "--param", "use_redirect=true", "--horizon", "6h",
+                 "--output", str(out)]) == 0
     rows = json.loads(out.read_text())
     assert len(rows) == 36 and {r["model"] for r in rows} == {"prism"}
     assert all(r["p50"] <= r["p90"] <= r["p99"] for r in rows)

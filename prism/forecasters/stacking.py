@@ -25,6 +25,13 @@ accuracy benchmark this took Alibaba cluster a day ahead from 0.995 to 0.967 of 
 value's MAE, paired ratio 0.972 [0.94, 1.00], and left the Helios VCs the last value). Unless
 the pooled weights lost to the last value on this regime's own windows, out of sample (the
 mean of their log ratios on the folds above 0): then the regime keeps the last value.
+
+**Redirects** (only when the data give each origin an ``alternative`` regime: the one it
+would be in were it not split off, e.g. an origin after a jump without the jump). Per block,
+a regime whose origins did surely better (a paired one-sided test of the log ratios) under
+their alternative regimes' weights, which were fitted without them, than under its own
+weights out of fold, sends its origins there (``redirect_``). PRISM offers alternatives only
+with ``use_redirect``, off by default (one week's gain on one generated panel; see the README).
 """
 
 from __future__ import annotations
@@ -72,6 +79,8 @@ class StackingData:
         order: ``(origins,)`` the origin's position in time within its series, 0..1 (for the
             time split).
         regime: ``(origins,)`` the origin's regime (small non-negative integers).
+        alternative: ``(origins,)`` the regime each origin would be in were it not split off
+            (for an origin after a jump: the regime the same origin has without it), or None.
         level: ``(origins,)`` the series' level at the origin (``|last|``): a window's MAE is
             floored at ``1e-3`` of it when ratios are taken. The benchmark floors at the
             series' mean level instead; at a last value of 0 this floor is far stricter, on
@@ -87,6 +96,7 @@ class StackingData:
     order: FloatArray
     regime: IntArray
     level: FloatArray
+    alternative: IntArray | None = None
 
 
 class NaiveAnchoredStacker:
@@ -100,17 +110,21 @@ class NaiveAnchoredStacker:
             family's origins together (the regime before the split), then the pooled ones.
         min_gain: a block's weights must cut the validation loss by this share.
         penalty: weight of ``sum w`` in the loss, as a share of the last value's loss.
+        redirect_after: only blocks starting at this step or later may redirect a regime to
+            its origins' alternative regimes (see ``StackingData.alternative``).
         random_state: seed of the row sample.
     """
 
     def __init__(self, *, edges: list[int], n_regimes: int, parents: list[int] | None = None,
                  min_gain: float = 0.02,
-                 penalty: float = 0.002, random_state: int | None = 0) -> None:
+                 penalty: float = 0.002, redirect_after: int = 0,
+                 random_state: int | None = 0) -> None:
         self.edges = edges
         self.n_regimes = n_regimes
         self.parents = parents
         self.min_gain = min_gain
         self.penalty = penalty
+        self.redirect_after = redirect_after
         self.random_state = random_state
 
     def fit(self, data: StackingData) -> NaiveAnchoredStacker:
@@ -119,6 +133,8 @@ class NaiveAnchoredStacker:
         n_blocks = len(self.edges)
         self.weights_ = np.zeros((n_blocks, self.n_regimes, n_cand))
         self.gain_ = np.zeros((n_blocks, self.n_regimes))  # validation loss cut (share)
+        # per block and regime: its origins take their alternative regime's weights
+        self.redirect_ = np.zeros((n_blocks, self.n_regimes), dtype=bool)
         rng = np.random.default_rng(self.random_state)
         parents = np.asarray(self.parents if self.parents is not None
                              else range(self.n_regimes))
@@ -132,25 +148,59 @@ class NaiveAnchoredStacker:
             scale = self._scales(data, lo, hi)
             pooled, pooled_gain, held_out = self._fit_block(data, lo, hi, scale,
                                                             np.ones(len(data.group), bool), rng)
+            scored = np.full(len(data.group), np.nan)  # out-of-fold logs of the kept weights
             for r in range(self.n_regimes):
                 mask = data.regime == r
                 family = families[r]
+                own_out = np.full(len(data.group), np.nan)
                 if mask.sum() >= MIN_ORIGINS:
-                    w, gain, _ = self._fit_block(data, lo, hi, scale, mask, rng)
+                    w, gain, own_out = self._fit_block(data, lo, hi, scale, mask, rng)
                 elif family.sum() >= MIN_ORIGINS and family.sum() > mask.sum():
                     # too few of its own: the regime it was split from, as if unsplit
-                    w, gain, _ = self._fit_block(data, lo, hi, scale, family, rng)
+                    w, gain, own_out = self._fit_block(data, lo, hi, scale, family, rng)
                 else:
                     w, gain = np.zeros(n_cand), 0.0
                 if not w.any():  # failed its validation: the pooled weights, if any, unless
                     # they lost to the last value on this regime's windows out of sample
                     own = held_out[mask & np.isfinite(held_out)]
                     if not len(own) or own.mean() <= 0:
-                        w, gain = pooled, pooled_gain
+                        w, gain, own_out = pooled, pooled_gain, held_out
+                    else:
+                        own_out = np.zeros(len(data.group))
+                if not w.any():
+                    own_out = np.zeros(len(data.group))  # the last value: log ratio 0
+                scored[mask] = own_out[mask]
                 self.weights_[b, r] = w
                 self.gain_[b, r] = gain
+            if data.alternative is not None and lo >= self.redirect_after:
+                self._redirect(data, lo, hi, b, scored)
             lo = hi
         return self
+
+    def _redirect(self, data: StackingData, lo: int, hi: int, b: int,
+                  scored: FloatArray) -> None:
+        """Send a split-off regime's origins to their alternative regime's weights in this
+        block where those did surely better on them (paired, out of sample: the alternative
+        regimes' weights were fitted without these origins) than the regime's own weights
+        did out of fold."""
+        assert data.alternative is not None
+        target = data.target[:, lo:hi]
+        for r in range(self.n_regimes):
+            mask = (data.regime == r) & (data.alternative != r) & np.isfinite(scored)
+            if mask.sum() < MIN_ORIGINS:
+                continue
+            idx = np.flatnonzero(mask)
+            w = self.weights_[b, data.alternative[idx]]  # (O, C)
+            moved = np.einsum("oc,cos->os", w, data.deltas[:, idx, lo:hi])
+            t = target[idx]
+            ok = np.isfinite(t)
+            origin = np.repeat(idx[:, None], hi - lo, axis=1)[ok]
+            ids, alt = _log_ratios(np.abs(t - moved)[ok], np.abs(t)[ok], origin, data.level)
+            if len(ids) < 2:
+                continue
+            diff = alt - scored[ids]
+            if beats_the_last_value(diff, 0.0):
+                self.redirect_[b, r] = True
 
     def _scales(self, data: StackingData, lo: int, hi: int) -> FloatArray:
         """Per origin: the last value's MAE in this block (the loss's unit), floored.
@@ -244,17 +294,21 @@ class NaiveAnchoredStacker:
         beta = -np.asarray(res.ineqlin.marginals, dtype=np.float64)
         return np.clip(beta, 0.0, 1.0)
 
-    def combine(self, deltas: FloatArray, regime: IntArray) -> FloatArray:
+    def combine(self, deltas: FloatArray, regime: IntArray,
+                alternative: IntArray | None = None) -> FloatArray:
         """``(origins, steps)`` changes from the last value: the weighted candidate deltas.
 
         Args:
             deltas: ``(candidates, origins, steps)`` candidate minus last (NaN counts as 0).
             regime: ``(origins,)``; a regime this stacker has no weights for (one added to
                 PRISM after a saved model was fitted) forecasts the last value.
+            alternative: ``(origins,)`` each origin's alternative regime (see
+                :class:`StackingData`); where a block redirects a regime, its origins take it.
         """
         n_cand, n_orig, steps = deltas.shape
         known = regime < self.weights_.shape[1]
         regime = np.where(known, regime, 0)
+        redirect = getattr(self, "redirect_", None)  # None in a model saved before it
         d = np.nan_to_num(deltas, nan=0.0, posinf=0.0, neginf=0.0)
         out = np.zeros((n_orig, steps))
         lo = 0
@@ -262,7 +316,10 @@ class NaiveAnchoredStacker:
             top = steps if b == len(self.edges) - 1 else min(hi, steps)
             if top <= lo:
                 break
-            w = self.weights_[b, regime] * known[:, None]  # (O, C)
+            here = regime
+            if redirect is not None and alternative is not None:
+                here = np.where(redirect[b, regime] & known, alternative, regime)
+            w = self.weights_[b, here] * known[:, None]  # (O, C)
             out[:, lo:top] = np.einsum("oc,cos->os", w, d[:, :, lo:top])
             lo = top
         return out

@@ -11,7 +11,7 @@ import pytest
 
 from prism.evaluation.backtest import backtest
 from prism.forecasters import get_forecaster
-from prism.forecasters.hybrid import _AWAY, _AWAY_HELD, _CYCLING, _IDLE, _QUIET
+from prism.forecasters.hybrid import _AWAY, _AWAY_HELD, _BACK, _BACK_HELD, _CYCLING, _IDLE, _QUIET
 from prism.forecasters.stacking import NaiveAnchoredStacker, StackingData, beats_the_last_value
 from prism.primitives.jumps import AWAY, TOWARD, jump_events, jump_state
 
@@ -297,3 +297,77 @@ def test_bands_cover_after_a_regime_change() -> None:
                      windows=8, step="6h", quantiles=(0.05, 0.95))
     covered = ((frame["p5"] <= frame["value"]) & (frame["value"] <= frame["p95"])).mean()
     assert 0.88 <= covered <= 0.92, covered
+
+
+def _split_off(jump_is_like_base: bool, seed: int = 0) -> StackingData:
+    """Regime 0 (200 origins): candidate 0 is right; regime 2 (400): candidate 1 is. Regime 1
+    (90 origins) was split off regime 0. If ``jump_is_like_base`` candidate 0 is right there
+    too but badly wrong in its earliest third, so its own weights fail the time-split
+    validation; else candidate 1 is right throughout regime 1."""
+    rng = np.random.default_rng(seed)
+    sizes = (200, 90, 400)
+    n, steps = sum(sizes), 12
+    regime = np.repeat(np.arange(3), sizes)
+    order = np.concatenate([np.linspace(0, 1, k) for k in sizes])
+    truth = rng.normal(0, 1, (n, steps)).cumsum(axis=1)
+    noise = rng.normal(0, 5, (n, steps)).cumsum(axis=1)
+    first = np.where((regime == 2)[:, None], noise, truth)
+    second = np.where((regime == 2)[:, None], truth, noise)
+    if jump_is_like_base:
+        first[(regime == 1) & (order < 1 / 3)] *= -3.0
+    else:
+        first[regime == 1], second[regime == 1] = noise[regime == 1], truth[regime == 1]
+    return StackingData(deltas=np.stack([first, second]), target=truth,
+                        group=np.arange(n) % 5, order=order, regime=regime,
+                        level=np.full(n, 50.0), alternative=np.where(regime == 1, 0, regime))
+
+
+def test_a_split_off_regime_takes_its_alternative_where_that_surely_does_better() -> None:
+    stacker = NaiveAnchoredStacker(edges=[3, 12], n_regimes=3, parents=[0, 0, 2])
+    stacker.fit(_split_off(jump_is_like_base=True))
+    # its own weights failed their validation (the last value); the base regime's, fitted
+    # without its origins, did far better on them out of sample: it is sent there
+    assert not stacker.weights_[:, 1].any()
+    assert stacker.redirect_[:, 1].all() and not stacker.redirect_[:, [0, 2]].any()
+    deltas = np.ones((2, 3, 12))
+    moved = stacker.combine(deltas, np.array([1, 1, 0]), np.array([0, 1, 0]))
+    np.testing.assert_allclose(moved[0], moved[2])  # redirected: the base regime's weights
+    assert (moved[0] > 0.9).all()
+    np.testing.assert_array_equal(moved[1], 0.0)  # its alternative is itself: its own
+    # without the alternatives (a caller that has none) every origin keeps its regime
+    np.testing.assert_array_equal(stacker.combine(deltas, np.array([1, 1, 0]))[0], 0.0)
+
+
+def test_a_split_off_regime_keeps_its_own_weights_where_they_do_better() -> None:
+    stacker = NaiveAnchoredStacker(edges=[3, 12], n_regimes=3, parents=[0, 0, 2])
+    stacker.fit(_split_off(jump_is_like_base=False))
+    np.testing.assert_allclose(stacker.weights_[:, 1, 1], 1.0, atol=0.02)
+    assert not stacker.redirect_.any()
+
+
+def test_prism_offers_the_stacker_alternatives_only_when_asked(
+        fleet: Fleet, monkeypatch: pytest.MonkeyPatch) -> None:
+    values, default = fleet
+    assert not default.stacker_.redirect_.any()  # off by default: no alternatives given
+    seen: list[tuple[StackingData, int]] = []
+    fit = NaiveAnchoredStacker.fit
+
+    def spy(self: NaiveAnchoredStacker, data: StackingData) -> NaiveAnchoredStacker:
+        seen.append((data, self.redirect_after))
+        return fit(self, data)
+
+    monkeypatch.setattr(NaiveAnchoredStacker, "fit", spy)
+    for asked in (False, True):
+        model = get_forecaster("prism", use_redirect=asked, **FAST).fit(_panel(values))
+        data, after = seen[-1]
+        assert after == 36  # blocks from 6 h of 10-minute steps on
+        if not asked:
+            assert data.alternative is None
+            continue
+        assert data.alternative is not None
+        jumped = np.isin(data.regime, [_AWAY, _AWAY_HELD, _BACK, _BACK_HELD])
+        assert jumped.any()  # the fleet's fresh steps put origins in the jump regimes
+        # a jump origin's alternative is its regime without the jump; the others keep theirs
+        assert not np.isin(data.alternative[jumped], [_AWAY, _AWAY_HELD, _BACK, _BACK_HELD]).any()
+        np.testing.assert_array_equal(data.alternative[~jumped], data.regime[~jumped])
+        assert np.isfinite(model.predict("1d", ())["mean"].to_numpy()).all()
