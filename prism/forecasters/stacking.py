@@ -165,8 +165,6 @@ class NaiveAnchoredStacker:
                     own = held_out[mask & np.isfinite(held_out)]
                     if not len(own) or own.mean() <= 0:
                         w, gain, own_out = pooled, pooled_gain, held_out
-                    else:
-                        own_out = np.zeros(len(data.group))
                 if not w.any():
                     own_out = np.zeros(len(data.group))  # the last value: log ratio 0
                 scored[mask] = own_out[mask]
