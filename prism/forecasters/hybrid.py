@@ -286,12 +286,10 @@ class PrismForecaster(BaseForecaster):
     def _max_jump_age(self) -> int:
         return max(1, self._steps_of("1d") if self.freq_s_ <= 86400 else 1)
 
-    def _redirect_after(self) -> int:
-        """The first step of the blocks that may redirect: six hours."""
-        return max(1, self._steps_of("6h") if self.freq_s_ <= 21600 else 1)
-
-    def _settle(self) -> int:
-        """Points a jump must have been undone for to be over: six hours."""
+    def _six_hours(self) -> int:
+        """Six hours in steps (at least one): the span of the last value's regimes, of the
+        ``mean`` candidate and of the reversion's half-life, the points a jump must have been
+        undone for to be over, and the first step of the blocks that may redirect."""
         return max(1, self._steps_of("6h") if self.freq_s_ <= 21600 else 1)
 
     def _persistence(self) -> JumpPersistence:
@@ -416,12 +414,12 @@ class PrismForecaster(BaseForecaster):
             targets.append(actual - last[:, None])
             groups.append(np.full(len(origins), g, dtype=np.int64))
             orders.append((origins - n_inner) / max(tail, 1))
-            regime, alternative = self._regime_pair(v, origins, events, state.season)
+            regime, alternative = self._regimes(v, origins, events, state.season)
             regimes.append(regime)
             alts.append(alternative)
             levels.append(np.abs(last))
         stacker = NaiveAnchoredStacker(edges=self._block_edges(steps), n_regimes=_N_REGIMES,
-                                       parents=_PARENTS, redirect_after=self._redirect_after(),
+                                       parents=_PARENTS, redirect_after=self._six_hours(),
                                        random_state=self.random_state)
         if not deltas:
             logger.info("no stacking origins: PRISM forecasts the last value")
@@ -461,20 +459,16 @@ class PrismForecaster(BaseForecaster):
         return [n for n in order if n in present]
 
     def _regimes(self, history: FloatArray, origins: Ends, events: JumpEvents,
-                 season: int) -> npt.NDArray[np.int64]:
-        return self._regime_pair(history, origins, events, season)[0]
-
-    def _regime_pair(self, history: FloatArray, origins: Ends, events: JumpEvents,
-                     season: int) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+                 season: int) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
         """Each origin's regime, and the regime it has were its recent jump ignored (the
         stacker may send a jump regime's origins to those weights; see ``redirect_``)."""
-        six = max(1, self._steps_of("6h") if self.freq_s_ <= 21600 else 1)
+        six = self._six_hours()
         regime = np.where(_still(history, origins, six), _FLAT,
                           np.where(_cycled(history, origins, season), _CYCLING, _QUIET))
         alternative = regime
         if self.use_jumps:
             state = jump_state(events, history, origins, max_age=self._max_jump_age(),
-                               settle=self._settle())
+                               settle=self._six_hours())
             hour = max(2, self._steps_of("1h") if self.freq_s_ <= 3600 else 2)
             held = _still(history, origins, hour)
             away = np.where(held, _AWAY_HELD, _AWAY)
@@ -500,15 +494,15 @@ class PrismForecaster(BaseForecaster):
         day = self._steps_of("1d") if self.freq_s_ <= 86400 else 1
         events = events if events is not None else self._events(history)
         jumps = jump_state(events, history, origins, max_age=self._max_jump_age(),
-                           settle=self._settle())
+                           settle=self._six_hours())
         # the reversion target: the median since the latest jump (a level the series has
         # left is never the target), at most a day back
         since = np.where(np.isfinite(jumps.age), jumps.age + 1, day).astype(np.int64)
         lo = np.maximum(origins - np.clip(since, 1, day), 0)
         median = np.array([np.median(history[a:b]) for a, b in zip(lo, origins, strict=True)])
-        decay = 0.5 ** (k / max(1, self._steps_of("6h") if self.freq_s_ <= 21600 else 1))
+        decay = 0.5 ** (k / self._six_hours())
         out["revert"] = median[:, None] + (last - median)[:, None] * decay[None, :]
-        six = max(1, self._steps_of("6h") if self.freq_s_ <= 21600 else 1)
+        six = self._six_hours()
         mean_lo = np.maximum(origins - six, 0)
         csum = np.concatenate([[0.0], np.cumsum(history)])
         recent = (csum[origins] - csum[mean_lo]) / np.maximum(origins - mean_lo, 1)
@@ -587,7 +581,7 @@ class PrismForecaster(BaseForecaster):
             paths = self._candidates(series_id, history, ends, steps, events=events)
             last = history[ends - 1]
             deltas = np.stack([paths[n] - last[:, None] for n in self._stack_names(paths)])
-            regimes, alternative = self._regime_pair(history, ends, events,
+            regimes, alternative = self._regimes(history, ends, events,
                                                      self.state_[series_id].season)
             # a model saved before a regime was split has its parent's weights for it
             known = self.stacker_.weights_.shape[1]

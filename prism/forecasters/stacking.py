@@ -152,14 +152,13 @@ class NaiveAnchoredStacker:
             for r in range(self.n_regimes):
                 mask = data.regime == r
                 family = families[r]
-                own_out = np.full(len(data.group), np.nan)
                 if mask.sum() >= MIN_ORIGINS:
                     w, gain, own_out = self._fit_block(data, lo, hi, scale, mask, rng)
                 elif family.sum() >= MIN_ORIGINS and family.sum() > mask.sum():
                     # too few of its own: the regime it was split from, as if unsplit
                     w, gain, own_out = self._fit_block(data, lo, hi, scale, family, rng)
                 else:
-                    w, gain = np.zeros(n_cand), 0.0
+                    w, gain, own_out = np.zeros(n_cand), 0.0, held_out
                 if not w.any():  # failed its validation: the pooled weights, if any, unless
                     # they lost to the last value on this regime's windows out of sample
                     own = held_out[mask & np.isfinite(held_out)]

@@ -20,6 +20,7 @@ DAY = 144
 FAST = {"use_rnn": False, "use_gbm": False, "use_primitives": False}
 #: A fleet's series and a PRISM fitted on them.
 Fleet = tuple[dict[str, np.ndarray], Any]
+JUMP_REGIMES = [_AWAY, _AWAY_HELD, _BACK, _BACK_HELD]
 
 
 def _panel(values: dict[str, np.ndarray]) -> pd.DataFrame:
@@ -60,7 +61,8 @@ def _daily_cycle(days: int = 14) -> np.ndarray:
 
 def _regime_at_end(forecaster: Any, y: np.ndarray, season: int = DAY) -> int:
     """The stacker's regime of an origin at the end of ``y``."""
-    return int(forecaster._regimes(y, np.array([len(y)]), forecaster._events(y), season)[0])
+    regimes, _ = forecaster._regimes(y, np.array([len(y)]), forecaster._events(y), season)
+    return int(regimes[0])
 
 
 def test_a_persistent_step_holds_a_day_ahead() -> None:
@@ -365,9 +367,9 @@ def test_prism_offers_the_stacker_alternatives_only_when_asked(
             assert data.alternative is None
             continue
         assert data.alternative is not None
-        jumped = np.isin(data.regime, [_AWAY, _AWAY_HELD, _BACK, _BACK_HELD])
+        jumped = np.isin(data.regime, JUMP_REGIMES)
         assert jumped.any()  # the fleet's fresh steps put origins in the jump regimes
         # a jump origin's alternative is its regime without the jump; the others keep theirs
-        assert not np.isin(data.alternative[jumped], [_AWAY, _AWAY_HELD, _BACK, _BACK_HELD]).any()
+        assert not np.isin(data.alternative[jumped], JUMP_REGIMES).any()
         np.testing.assert_array_equal(data.alternative[~jumped], data.regime[~jumped])
         assert np.isfinite(model.predict("1d", ())["mean"].to_numpy()).all()
