@@ -32,9 +32,9 @@ with a meta-learner trained out of sample across the panel, with the last value 
 :class:`~prism.forecasters.stacking.NaiveAnchoredStacker`: per block of horizon steps (up to
 1 h, 3 h, 6 h, 12 h, 1 d, 2 d, beyond) and per regime of the origin (no jump in the last day, a
 recent jump away from the week's level, a recent jump back toward it; a jump the series undid
-and stayed off for 6 h is over; a last value of 0 is a regime of its own, and so is a series
-whose last season repeated the one before), convex weights over the candidates' changes from
-the last value, fitted by least absolute relative error on
+and stayed off for 6 h is over; a last value of 0 is a regime of its own, and so is a
+periodic series whose last season repeated the one before), convex weights over the
+candidates' changes from the last value, fitted by least absolute relative error on
 rolling-origin forecasts of all series. Those forecasts are out of sample: the dictionary and
 the RNN are learned on each series but its last ``stack_window``, whose origins train the
 weights (the backtest's test windows and the conformal tail come later still). A block keeps
@@ -108,6 +108,10 @@ _JUMP_PRIOR = 10.0
 #: deployments a day that repeated predicts the next (the season candidate's day-ahead MAE was
 #: 0.65x the last value's after such a day, 8x after one that did not, geometric means over
 #: origins that moved), and the quiet regime's weights had bet on the season for both.
+#: Only a series with a period in its spectrum (:func:`~prism.primitives.spectral.find_periods`)
+#: cycles: a random walk's last day stays closer to the day before than to where it started
+#: one time in five by chance, and in the cycling regime it took the weights its panel's
+#: daily cycles had earned.
 _FLAT, _QUIET, _AWAY, _BACK, _AWAY_HELD, _BACK_HELD, _IDLE, _CYCLING = 0, 1, 2, 3, 4, 5, 6, 7
 _N_REGIMES = 8
 #: The regime each was split from (a held regime with too few origins learns with its parent).
@@ -123,6 +127,12 @@ class _SeriesState:
     sinusoids: tuple[FloatArray, FloatArray, FloatArray]  # frequencies, amplitudes, phases
     floor: float  # z-normalisation scale floor of its windows
     jumps: FloatArray | None = None  # its jump persistence table, shrunk to the panel's
+    periodic: bool = True  # its spectrum has a significant period (else it never cycles)
+
+    @property
+    def cycle(self) -> int:
+        """The season an origin must repeat to be cycling (0: the series never cycles)."""
+        return self.season if getattr(self, "periodic", True) else 0
 
 
 class PrismForecaster(BaseForecaster):
@@ -340,7 +350,8 @@ class PrismForecaster(BaseForecaster):
         if panel_table is not None:
             own = self._persistence().fit([(y, self._events(y))])
             jumps = panel_table.shrunk(own, _JUMP_PRIOR)
-        return _SeriesState(season=season, sinusoids=sinusoids, floor=floor, jumps=jumps)
+        return _SeriesState(season=season, sinusoids=sinusoids, floor=floor, jumps=jumps,
+                            periodic=bool(periods))
 
     def _learn_rnn(self, values: dict[str, FloatArray]) -> SequenceRegressor | None:
         from prism.forecasters.rnn import SequenceRegressor
@@ -414,7 +425,7 @@ class PrismForecaster(BaseForecaster):
             targets.append(actual - last[:, None])
             groups.append(np.full(len(origins), g, dtype=np.int64))
             orders.append((origins - n_inner) / max(tail, 1))
-            regime, alternative = self._regimes(v, origins, events, state.season)
+            regime, alternative = self._regimes(v, origins, events, state.cycle)
             regimes.append(regime)
             alts.append(alternative)
             levels.append(np.abs(last))
@@ -582,7 +593,7 @@ class PrismForecaster(BaseForecaster):
             last = history[ends - 1]
             deltas = np.stack([paths[n] - last[:, None] for n in self._stack_names(paths)])
             regimes, alternative = self._regimes(history, ends, events,
-                                                     self.state_[series_id].season)
+                                                     self.state_[series_id].cycle)
             # a model saved before a regime was split has its parent's weights for it
             known = self.stacker_.weights_.shape[1]
             regimes = np.where(regimes < known, regimes, np.asarray(_PARENTS)[regimes])

@@ -217,6 +217,52 @@ def test_a_day_that_repeated_the_day_before_is_the_cycling_regime(fleet: Fleet) 
     assert _regime_at_end(forecaster, cycle, season=DAY // 2) == _QUIET
 
 
+def test_a_random_walk_among_cycles_never_cycles(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Job starts and ends make a random walk. Now and then its last day happens to stay
+    # closer to the day before than to where it started; without a period in its spectrum
+    # that is chance, and in the cycling regime it would take the weights the daily cycles
+    # of its panel earned. Its origins are quiet; the cycles' still cycle.
+    rng = np.random.default_rng(4)
+    t = np.arange(14 * DAY)
+    values = {f"lab/cyc{i}/gpus_in_use": 200 + 40 * np.sin(2 * np.pi * (t + 30 * i) / DAY)
+              + rng.normal(0, 4, len(t)) for i in range(3)}
+    for i in range(3):
+        steps = np.where(rng.random(len(t)) < 0.2, rng.choice([-8.0, 8.0], len(t)), 0.0)
+        values[f"lab/walk{i}/gpus_in_use"] = 300 + np.cumsum(steps)
+    forecaster = get_forecaster("prism", **FAST).fit(_panel(values))
+    origins = np.arange(3 * DAY, len(t), 6)
+    by_chance = 0
+    for sid, y in values.items():
+        state = forecaster.state_[sid]
+        regimes = forecaster._regimes(y, origins, forecaster._events(y), state.cycle)[0]
+        if "walk" in sid:
+            assert not state.periodic and state.cycle == 0
+            assert not (regimes == _CYCLING).any(), sid
+            old = forecaster._regimes(y, origins, forecaster._events(y), state.season)[0]
+            by_chance += int((old == _CYCLING).sum())
+        else:
+            assert state.periodic and state.cycle == state.season == DAY
+            assert (regimes == _CYCLING).mean() > 0.9, sid
+    assert by_chance > 20  # on their season alone, the walks would have cycled
+    # fitting the stacker and forecasting take the same regimes
+    seasons: dict[tuple[str, str], set[int]] = {}
+    real = type(forecaster)._regimes
+    stage = "fit"
+
+    def spy(self: Any, history: np.ndarray, ends: np.ndarray, events: Any, season: int) -> Any:
+        sid = next(s for s, v in values.items() if np.array_equal(v[:len(history)], history))
+        seasons.setdefault((stage, sid), set()).add(season)
+        return real(self, history, ends, events, season)
+
+    monkeypatch.setattr(type(forecaster), "_regimes", spy)
+    forecaster = get_forecaster("prism", **FAST).fit(_panel(values))
+    stage = "forecast"
+    for sid, y in values.items():
+        forecaster._forecast_many(sid, y, np.array([len(y)]), DAY)
+    assert seasons == {(stage, sid): {0 if "walk" in sid else DAY}
+                       for stage in ("fit", "forecast") for sid in values}
+
+
 def test_a_model_saved_before_the_split_gives_the_cycling_regime_its_parents_weights() -> None:
     # A stacker fitted with the regimes before the cycling one was split from the quiet one
     # (a saved model from an older PRISM) forecasts a cycling series with the quiet weights.
@@ -232,6 +278,7 @@ def test_a_model_saved_before_the_split_gives_the_cycling_regime_its_parents_wei
     cycle = _daily_cycle()
     ends = np.array([len(cycle)])
     forecaster.state_[sid].season = DAY
+    forecaster.state_[sid].periodic = True  # a daily cycle has a period in its spectrum
     new = forecaster._forecast_many(sid, cycle, ends, DAY)
     stacker.weights_ = weights[:, :_CYCLING]
     old = forecaster._forecast_many(sid, cycle, ends, DAY)
