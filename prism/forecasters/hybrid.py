@@ -131,8 +131,9 @@ class _SeriesState:
 
     @property
     def cycle(self) -> int:
-        """The season an origin must repeat to be cycling (0: the series never cycles)."""
-        return self.season if getattr(self, "periodic", True) else 0
+        """The season an origin must repeat to be cycling (0: the series never cycles). A
+        state saved before ``periodic`` existed reads the field's default, True."""
+        return self.season if self.periodic else 0
 
 
 class PrismForecaster(BaseForecaster):
@@ -593,7 +594,7 @@ class PrismForecaster(BaseForecaster):
             last = history[ends - 1]
             deltas = np.stack([paths[n] - last[:, None] for n in self._stack_names(paths)])
             regimes, alternative = self._regimes(history, ends, events,
-                                                     self.state_[series_id].cycle)
+                                                 self.state_[series_id].cycle)
             # a model saved before a regime was split has its parent's weights for it
             known = self.stacker_.weights_.shape[1]
             regimes = np.where(regimes < known, regimes, np.asarray(_PARENTS)[regimes])
