@@ -156,8 +156,9 @@ class PrismForecaster(BaseForecaster):
         use_redirect: let the stacker send the origins of a jump regime, in the horizon blocks
             past 6 h, to the weights of the regime they would have without the jump, where
             those did surely better on them out of sample (off by default: a day ahead on the
-            generated deployments 0.964 [0.935, 0.997] of PRISM on one week, 1.001 on the
-            other, Alibaba cluster 1.006 [1.000, 1.018]; see the README).
+            generated deployments 0.962 [0.936, 0.990] of PRISM on the latest week with the
+            current regimes, 0.964 and 1.001 on the two weeks before only periodic series
+            cycled; the earlier week is to confirm; see the README).
         combiner: ``"stacked"`` (meta-learner across the panel, the last value as prior) or
             ``"recent"`` (per-series weights from the last ``combiner_window``).
         stack_window: the tail of each series whose origins train the stacker (at most a
