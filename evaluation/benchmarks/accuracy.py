@@ -71,6 +71,13 @@ protocol runs on an earlier week: one the defaults were not chosen on (a check t
 coverage holds out of the week it was measured on; write it to another ``--output``).
 ``--quick`` is a smoke setting for tests: 4 windows (whatever ``--windows`` says), the first 3
 series of each panel.
+``--reuse DIR`` (repeatable) takes the models this run does not run from the per-window results
+of an earlier run in ``DIR`` (``accuracy_windows.csv``, and the seconds from ``accuracy.csv``),
+so a change to PRISM need not rerun every baseline: ``--models prism,prism-jumps --reuse
+evaluation/results``. Each reused model must have exactly this run's windows (naive's series
+and cutoffs in each panel and horizon; else the run stops and says so), and a PRISM variant
+is reused only from the directory its ``prism`` comes from (the ablations compare the two):
+from none when ``prism`` runs now.
 """
 
 from __future__ import annotations
@@ -96,6 +103,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from evaluation.benchmarks.reuse import reuse, with_reused
 from prism.errors import ConfigError
 from prism.evaluation.backtest import WINDOW, backtest, backtest_cutoffs
 from prism.evaluation.metrics import evaluate, relative_mae, relative_to, summarize_windows
@@ -462,7 +470,8 @@ def horizon_frames(frame: pd.DataFrame, panel: pd.DataFrame, windows: int
 
 
 def score(frames: dict[str, list[pd.DataFrame]], panels: dict[str, pd.DataFrame],
-          seconds: dict[tuple[str, str], float], windows: int, models: Sequence[str]
+          seconds: dict[tuple[str, str], float], windows: int, models: Sequence[str],
+          reused: pd.DataFrame | None = None
           ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """The summary, per-window and ablation tables of every panel and horizon.
 
@@ -473,6 +482,11 @@ def score(frames: dict[str, list[pd.DataFrame]], panels: dict[str, pd.DataFrame]
         windows: the backtests' windows.
         models: the models in the order of the tables (the baseline first); PRISM's
             variants among them are compared with ``prism`` in the ablation table.
+        reused: per-window rows of earlier runs (:func:`evaluation.benchmarks.reuse.reuse`),
+            added to each panel and horizon (their seconds already in ``seconds``).
+
+    Raises:
+        ConfigError: where a reused model's windows are not this run's.
 
     Returns:
         ``(table, per_window, ablations)`` with ``dataset, horizon`` in front.
@@ -490,7 +504,8 @@ def score(frames: dict[str, list[pd.DataFrame]], panels: dict[str, pd.DataFrame]
                   flush=True)
             continue
         for horizon, cut in horizon_frames(frame, panels[dataset], windows).items():
-            w = evaluate(cut, panels[dataset])
+            w = with_reused(evaluate(cut, panels[dataset]), reused, dataset, horizon,
+                            rank, BASELINE)
             table = summarize_windows(w, baseline=BASELINE, n_boot=N_BOOT, random_state=0)
             table["seconds_per_window"] = [seconds.get((dataset, m), np.nan)
                                            for m in table["model"]]
@@ -653,6 +668,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--before", default=None, metavar="DURATION",
                         help="end each series this long before its last point (an earlier "
                              "week: e.g. 7d)")
+    parser.add_argument("--reuse", type=Path, action="append", default=[], metavar="DIR",
+                        help="take the models this run does not run from an earlier run's "
+                             "results in DIR (repeatable; see the module docstring)")
     parser.add_argument("--quick", action="store_true",
                         help=f"smoke run: {QUICK_WINDOWS} windows, the first {QUICK_SERIES} "
                              "series of each panel")
@@ -666,6 +684,10 @@ def main(argv: list[str] | None = None) -> int:
     wanted = ([m.strip() for m in args.models.split(",") if m.strip()] if args.models
               else [*MODELS, *(v for v in variants if v != "prism")])
     specs = model_specs(wanted, variants)
+    try:
+        reused, reused_seconds = reuse(args.reuse, list(specs)) if args.reuse else (None, {})
+    except ConfigError as exc:
+        parser.error(str(exc))
     started = time.perf_counter()
     panels = load_datasets(names)
     if args.before:
@@ -683,12 +705,24 @@ def main(argv: list[str] | None = None) -> int:
         tasks += [_Task(d, REFERENCES, REFERENCES) for d in panels]
     frames, seconds, failures = _run_all(tasks, panels, windows, args.jobs,
                                          lambda s: print(s, flush=True))
-    table, per_window, ablations = score(frames, panels, seconds, windows,
-                                         [*specs, *(REFERENCE_MODELS if args.references
-                                                    else ())])
+    reused_models = ([m for m in dict.fromkeys([*MODELS, *variants, *REFERENCE_MODELS])
+                      if m in set(reused["model"]) and m not in specs]
+                     if reused is not None and not reused.empty else [])
+    order = [*specs, *(REFERENCE_MODELS if args.references else ())]
+    if reused_models:  # the models run and reused, in the benchmark's order
+        known = dict.fromkeys([BASELINE, *MODELS, *variants, *REFERENCE_MODELS])
+        order = ([m for m in known if m in order or m in reused_models]
+                 + [m for m in order if m not in known])
+    try:
+        table, per_window, ablations = score(frames, panels, {**reused_seconds, **seconds},
+                                             windows, order, reused)
+    except ConfigError as exc:
+        parser.error(str(exc))
     took = time.perf_counter() - started
     note = (f"{len(panels)} panels, {windows} windows, {args.jobs} processes, {took:.0f} s"
             + (f", --before {args.before}" if args.before else "")
+            + (f", reusing {', '.join(reused_models)} from {', '.join(map(str, args.reuse))}"
+               if reused_models else "")
             + (", --quick" if args.quick else ""))
     print(write(table, per_window, ablations, args.output, note, failures), flush=True)
     return 1 if failures else 0

@@ -143,3 +143,51 @@ def test_targets_pass_and_fail_on_a_hand_made_table() -> None:
     assert "helios_in_use 1d" not in result[2][2]
     no_prism = pd.DataFrame([_row("philly", "1h", "naive", 1.0, 1.0)])
     assert {v for _, v, _ in accuracy.check_targets(no_prism)} == {"SKIP"}
+
+
+def test_reuse_takes_the_models_a_run_leaves_out_from_an_earlier_run(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # A change to one model need not rerun the others: a run of naive alone that reuses a
+    # run of seasonal naive and window average scores them exactly as that run did.
+    first, again = tmp_path / "first", tmp_path / "again"
+    quick = ["--quick", "--datasets", "philly", "--jobs", "1"]
+    assert accuracy.main([*quick, "--models", "seasonal_naive,window_average",
+                          "--output", str(first)]) == 0
+    assert accuracy.main([*quick, "--models", "window_average", "--reuse", str(first),
+                          "--output", str(again)]) == 0
+    old, new = (pd.read_csv(d / "accuracy.csv") for d in (first, again))
+    assert new["model"].tolist() == old["model"].tolist()  # naive, seasonal_naive, window_...
+    numbers = [c for c in accuracy.TABLE_COLUMNS if c != "seconds_per_window"]
+    pd.testing.assert_frame_equal(new[numbers], old[numbers], rtol=1e-5)
+    reused = new["model"] == "seasonal_naive"  # its seconds come with it; window_average ran
+    assert (new.loc[reused, "seconds_per_window"] == old.loc[reused, "seconds_per_window"]).all()
+    assert "reusing seasonal_naive from" in (again / "accuracy.md").read_text()
+    # a run on other cutoffs cannot be mixed in: the run stops and says why
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        accuracy.main([*quick, "--before", "1d", "--models", "naive", "--reuse", str(first),
+                       "--output", str(tmp_path / "mixed")])
+    err = capsys.readouterr().err
+    assert "seasonal_naive on philly" in err and "other series or cutoffs" in err
+    with pytest.raises(SystemExit):
+        accuracy.main([*quick, "--reuse", str(tmp_path / "nowhere")])
+    assert "accuracy_windows.csv" in capsys.readouterr().err
+
+
+def test_reuse_takes_prism_variants_only_with_their_prism(tmp_path: Path) -> None:
+    for name, models in (("a", ["prism", "prism-jumps", "gbm"]), ("b", ["prism-gbm", "ets"])):
+        (tmp_path / name).mkdir()
+        frame = pd.DataFrame({"dataset": "philly", "horizon": "1h", "model": models,
+                              "series_id": "s", "cutoff": "2026-01-01", "mae": 1.0,
+                              "rel_mae": 1.0})
+        frame.to_csv(tmp_path / name / "accuracy_windows.csv", index=False)
+        frame.assign(seconds_per_window=2.0).to_csv(tmp_path / name / "accuracy.csv",
+                                                    index=False)
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    rows, seconds = accuracy.reuse(dirs, ["naive"])
+    assert set(rows["model"]) == {"prism", "prism-jumps", "gbm", "ets"}  # b's variant: no
+    assert seconds[("philly", "ets")] == 2.0 and "rel_mae" not in rows
+    rows, _ = accuracy.reuse(dirs, ["naive", "prism"])  # prism reruns: none of its variants
+    assert set(rows["model"]) == {"gbm", "ets"}
+    rows, _ = accuracy.reuse(dirs[::-1], ["naive", "gbm"])  # the first directory comes first
+    assert set(rows["model"]) == {"ets", "prism", "prism-jumps"}
