@@ -31,7 +31,8 @@ would be in were it not split off, e.g. an origin after a jump without the jump)
 a regime whose origins did surely better (a paired one-sided test of the log ratios) under
 their alternative regimes' weights, which were fitted without them, than under its own
 weights out of fold, sends its origins there (``redirect_``). PRISM offers alternatives only
-with ``use_redirect``, off by default (one week's gain on one generated panel; see the README).
+with ``use_redirect``, off by default (no gain since the periodic series' jumps have regimes of
+their own; see the README).
 """
 
 from __future__ import annotations
@@ -135,7 +136,6 @@ class NaiveAnchoredStacker:
         self.gain_ = np.zeros((n_blocks, self.n_regimes))  # validation loss cut (share)
         # per block and regime: its origins take their alternative regime's weights
         self.redirect_ = np.zeros((n_blocks, self.n_regimes), dtype=bool)
-        rng = np.random.default_rng(self.random_state)
         parents = np.asarray(self.parents if self.parents is not None
                              else range(self.n_regimes))
         # each regime's family: the origins of every regime split from the same parent
@@ -147,16 +147,19 @@ class NaiveAnchoredStacker:
                 break
             scale = self._scales(data, lo, hi)
             pooled, pooled_gain, held_out = self._fit_block(data, lo, hi, scale,
-                                                            np.ones(len(data.group), bool), rng)
+                                                            np.ones(len(data.group), bool),
+                                                            self._rng(b, -1))
             scored = np.full(len(data.group), np.nan)  # out-of-fold logs of the kept weights
             for r in range(self.n_regimes):
                 mask = data.regime == r
                 family = families[r]
                 if mask.sum() >= MIN_ORIGINS:
-                    w, gain, own_out = self._fit_block(data, lo, hi, scale, mask, rng)
+                    w, gain, own_out = self._fit_block(data, lo, hi, scale, mask,
+                                                       self._rng(b, r))
                 elif family.sum() >= MIN_ORIGINS and family.sum() > mask.sum():
                     # too few of its own: the regime it was split from, as if unsplit
-                    w, gain, own_out = self._fit_block(data, lo, hi, scale, family, rng)
+                    w, gain, own_out = self._fit_block(data, lo, hi, scale, family,
+                                                       self._rng(b, r))
                 else:
                     w, gain, own_out = np.zeros(n_cand), 0.0, held_out
                 if not w.any():  # failed its validation: the pooled weights, if any, unless
@@ -173,6 +176,13 @@ class NaiveAnchoredStacker:
                 self._redirect(data, lo, hi, b, scored)
             lo = hi
         return self
+
+    def _rng(self, block: int, regime: int) -> np.random.Generator:
+        """The row sample's generator of one fit: its own per block and regime (-1: pooled),
+        so a regime's weights do not depend on which other regimes had origins to fit."""
+        if self.random_state is None:
+            return np.random.default_rng()
+        return np.random.default_rng([self.random_state, block, regime + 1])
 
     def _redirect(self, data: StackingData, lo: int, hi: int, b: int,
                   scored: FloatArray) -> None:

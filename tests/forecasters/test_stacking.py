@@ -11,8 +11,23 @@ import pytest
 
 from prism.evaluation.backtest import backtest
 from prism.forecasters import get_forecaster
-from prism.forecasters.hybrid import _AWAY, _AWAY_HELD, _BACK, _BACK_HELD, _CYCLING, _IDLE, _QUIET
-from prism.forecasters.stacking import NaiveAnchoredStacker, StackingData, beats_the_last_value
+from prism.forecasters.hybrid import (
+    _AWAY,
+    _AWAY_HELD,
+    _BACK,
+    _BACK_HELD,
+    _CYCLING,
+    _IDLE,
+    _PERIODIC_AWAY,
+    _PERIODIC_BACK,
+    _QUIET,
+)
+from prism.forecasters.stacking import (
+    MAX_ROWS,
+    NaiveAnchoredStacker,
+    StackingData,
+    beats_the_last_value,
+)
 from prism.primitives.jumps import AWAY, TOWARD, jump_events, jump_state
 
 STEP = pd.Timedelta("10min")
@@ -20,7 +35,7 @@ DAY = 144
 FAST = {"use_rnn": False, "use_gbm": False, "use_primitives": False}
 #: A fleet's series and a PRISM fitted on them.
 Fleet = tuple[dict[str, np.ndarray], Any]
-JUMP_REGIMES = [_AWAY, _AWAY_HELD, _BACK, _BACK_HELD]
+JUMP_REGIMES = [_AWAY, _AWAY_HELD, _BACK, _BACK_HELD, _PERIODIC_AWAY, _PERIODIC_BACK]
 
 
 def _panel(values: dict[str, np.ndarray]) -> pd.DataFrame:
@@ -59,8 +74,9 @@ def _daily_cycle(days: int = 14) -> np.ndarray:
     return 50.0 + 10.0 * np.sin(2 * np.pi * np.arange(days * DAY) / DAY)
 
 
-def _regime_at_end(forecaster: Any, y: np.ndarray, season: int = DAY) -> int:
-    """The stacker's regime of an origin at the end of ``y``."""
+def _regime_at_end(forecaster: Any, y: np.ndarray, season: int = 0) -> int:
+    """The stacker's regime of an origin at the end of ``y``, a series whose cycle is
+    ``season`` (0: it has no period)."""
     regimes, _ = forecaster._regimes(y, np.array([len(y)]), forecaster._events(y), season)
     return int(regimes[0])
 
@@ -212,9 +228,36 @@ def test_a_day_that_repeated_the_day_before_is_the_cycling_regime(fleet: Fleet) 
     cycle = _daily_cycle()
     broken = cycle.copy()
     broken[-2 * DAY:-DAY] = 100.0 - cycle[-2 * DAY:-DAY]  # the day before, mirrored
-    assert [_regime_at_end(forecaster, z) for z in (cycle, broken)] == [_CYCLING, _QUIET]
+    assert [_regime_at_end(forecaster, z, DAY) for z in (cycle, broken)] == [_CYCLING,
+                                                                          _QUIET]
     # a cycle the series' chosen season does not span is not a repeat of it
     assert _regime_at_end(forecaster, cycle, season=DAY // 2) == _QUIET
+
+
+def test_a_jump_in_a_periodic_series_is_a_regime_of_its_own(fleet: Fleet) -> None:
+    # An autoscaled app stepped up two hours ago, or came back to its week's level: in a
+    # periodic series each jump is its own regime (its cycle goes on around the new level);
+    # in a series without a period (cycle 0) the same jump is one of the plain jump regimes.
+    _, forecaster = fleet
+    up = _daily_cycle()
+    up[-12:] += 30.0
+    back = _daily_cycle()
+    back[-2 * DAY:-12] += 30.0
+    assert [_regime_at_end(forecaster, z, DAY) for z in (up, back)] == [_PERIODIC_AWAY,
+                                                                        _PERIODIC_BACK]
+    assert [_regime_at_end(forecaster, z) for z in (up, back)] == [_AWAY, _BACK]
+    # a model fitted before the split gives them its plain jump regimes' weights
+    stacker = forecaster.stacker_
+    weights = np.zeros_like(stacker.weights_)
+    weights[:, _AWAY, :] = 1.0 / weights.shape[2]
+    stacker.weights_ = weights[:, :_PERIODIC_AWAY]
+    sid = next(iter(forecaster.state_))
+    forecaster.state_[sid].season, forecaster.state_[sid].periodic = DAY, True
+    old = forecaster._forecast_many(sid, up, np.array([len(up)]), DAY)
+    stacker.weights_ = weights
+    new = forecaster._forecast_many(sid, up, np.array([len(up)]), DAY)
+    np.testing.assert_allclose(new[0], up[-1])  # no weights of its own: the last value
+    assert np.abs(old[0] - up[-1]).max() > 1.0  # the plain regime's weights moved it
 
 
 def test_a_random_walk_among_cycles_never_cycles(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -420,3 +463,38 @@ def test_prism_offers_the_stacker_alternatives_only_when_asked(
         assert not np.isin(data.alternative[jumped], JUMP_REGIMES).any()
         np.testing.assert_array_equal(data.alternative[~jumped], data.regime[~jumped])
         assert np.isfinite(model.predict("1d", ())["mean"].to_numpy()).all()
+
+
+def test_a_regime_weights_do_not_depend_on_regimes_added_after_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Beyond MAX_ROWS rows a linear program fits on a seeded sample. Two regimes added with
+    # no origins of their own (a newer PRISM's, on a panel without their series) fit their
+    # families' origins; the other regimes' weights must not move because of it.
+    rng = np.random.default_rng(5)
+    sizes = (600, 90, 600)
+    n, steps = sum(sizes), 12
+    truth = rng.normal(0, 1, (n, steps)).cumsum(axis=1)
+    # two candidates, each the truth plus its own noise: the best weights are a mix, and
+    # where the mix lands depends on the rows sampled
+    deltas = np.stack([truth + rng.normal(0, 1, (n, steps)) for _ in range(2)])
+    data = StackingData(deltas=deltas, target=truth, group=np.arange(n) % 5,
+                        order=np.concatenate([np.linspace(0, 1, k) for k in sizes]),
+                        regime=np.repeat(np.arange(3), sizes), level=np.full(n, 50.0))
+    assert 690 * 3 > MAX_ROWS  # the added regimes' families sample their rows
+
+    def weights(n_regimes: int) -> np.ndarray:
+        stacker = NaiveAnchoredStacker(edges=[3, 12], n_regimes=n_regimes,
+                                       parents=[0, 0, 2, 0, 2][:n_regimes])
+        return stacker.fit(data).weights_[:, :3]
+
+    np.testing.assert_array_equal(weights(5), weights(3))
+    # with one generator shared by every fit (as before), the added fits' draws moved them
+    shared: dict[str, np.random.Generator] = {}
+
+    def one_stream(self: NaiveAnchoredStacker, block: int, regime: int) -> np.random.Generator:
+        return shared.setdefault("rng", np.random.default_rng(0))
+
+    monkeypatch.setattr(NaiveAnchoredStacker, "_rng", one_stream)
+    before = weights(3)
+    shared.clear()
+    assert not np.array_equal(weights(5), before)
