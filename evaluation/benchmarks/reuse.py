@@ -85,7 +85,18 @@ def with_reused(w: pd.DataFrame, reused: pd.DataFrame | None, dataset: str, hori
                 f"{len(got & expected)} of them among this run's {len(expected)}; it ran on "
                 "other series or cutoffs (another --before, --windows or --quick): run it "
                 "now (--models) or reuse a run made with the same options")
+    # the files hold 6 significant digits: the fresh rows get the same, or a model equal to
+    # the last value (PRISM on Helios) would differ from a fresh naive in the 7th digit
+    w = w.copy()
+    for c in w.columns:
+        if c in extra.columns and pd.api.types.is_float_dtype(w[c]):
+            w[c] = pd.to_numeric(w[c].map(_six_digits))
     out = pd.concat([w, extra[[c for c in w.columns if c in extra.columns]]],
                     ignore_index=True)
     order = out["model"].map(lambda m: rank.get(str(m), len(rank)))
     return out.iloc[np.argsort(order.to_numpy(), kind="stable")].reset_index(drop=True)
+
+
+def _six_digits(x: float) -> float:
+    """``x`` as ``accuracy_windows.csv`` writes it (``%.6g``)."""
+    return float(f"{x:.6g}")
