@@ -705,14 +705,14 @@ def main(argv: list[str] | None = None) -> int:
         tasks += [_Task(d, REFERENCES, REFERENCES) for d in panels]
     frames, seconds, failures = _run_all(tasks, panels, windows, args.jobs,
                                          lambda s: print(s, flush=True))
-    reused_models = ([m for m in dict.fromkeys([*MODELS, *variants, *REFERENCE_MODELS])
-                      if m in set(reused["model"]) and m not in specs]
-                     if reused is not None and not reused.empty else [])
     order = [*specs, *(REFERENCE_MODELS if args.references else ())]
+    reused_names = (set(reused["model"].astype(str)) - set(order)) if reused is not None else set()
+    known = list(dict.fromkeys([BASELINE, *MODELS, *variants, *REFERENCE_MODELS]))
+    reused_models = [m for m in known if m in reused_names] + sorted(reused_names - set(known))
     if reused_models:  # the models run and reused, in the benchmark's order
-        known = dict.fromkeys([BASELINE, *MODELS, *variants, *REFERENCE_MODELS])
-        order = ([m for m in known if m in order or m in reused_models]
-                 + [m for m in order if m not in known])
+        everyone = set(order) | reused_names
+        order = ([m for m in known if m in everyone]
+                 + [m for m in [*order, *reused_models] if m not in known])
     try:
         table, per_window, ablations = score(frames, panels, {**reused_seconds, **seconds},
                                              windows, order, reused)

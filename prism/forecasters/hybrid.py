@@ -493,13 +493,16 @@ class PrismForecaster(BaseForecaster):
         if self.use_jumps:
             state = jump_state(events, history, origins, max_age=self._max_jump_age(),
                                settle=self._six_hours())
-            hour = max(2, self._steps_of("1h") if self.freq_s_ <= 3600 else 2)
-            held = _still(history, origins, hour)
-            away = np.where(held, _AWAY_HELD, _AWAY)
-            back = np.where(held, _BACK_HELD, _BACK)
+            away: npt.NDArray[np.int64]
+            back: npt.NDArray[np.int64]
             if season >= 2:  # a periodic series (``cycle``; 0 for the others)
                 away = np.full(len(origins), _PERIODIC_AWAY)
                 back = np.full(len(origins), _PERIODIC_BACK)
+            else:
+                hour = max(2, self._steps_of("1h") if self.freq_s_ <= 3600 else 2)
+                held = _still(history, origins, hour)
+                away = np.where(held, _AWAY_HELD, _AWAY)
+                back = np.where(held, _BACK_HELD, _BACK)
             regime = np.where(state.direction < 0, regime,
                               np.where(state.direction == TOWARD, back, away))
         idle = history[origins - 1] == 0

@@ -230,7 +230,7 @@ class NaiveAnchoredStacker:
         return np.maximum(scale, floor)
 
     def _rows(self, data: StackingData, lo: int, hi: int, scale: FloatArray,
-              mask: npt.NDArray[np.bool_], rng: np.random.Generator
+              mask: npt.NDArray[np.bool_]
               ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, IntArray]:
         x = data.deltas[:, mask, lo:hi]  # (C, O, S)
         t = data.target[mask, lo:hi]
@@ -249,7 +249,7 @@ class NaiveAnchoredStacker:
         n_cand = data.deltas.shape[0]
         zero = np.zeros(n_cand)
         held_out = np.full(len(data.group), np.nan)
-        x, t, w, order, origin = self._rows(data, lo, hi, scale, mask, rng)
+        x, t, w, order, origin = self._rows(data, lo, hi, scale, mask)
         if len(t) < 2 * n_cand + 10:
             return zero, 0.0, held_out
         # time-ordered folds: weights fitted on the other folds must not lose to the last
