@@ -63,10 +63,17 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
-import pandas as pd
 
 from prism.errors import ConfigError, DataContractError
 from prism.forecasters.base import BaseForecaster, FloatArray
+from prism.forecasters.paths import (
+    cycled,
+    profile_paths,
+    repeat_last,
+    series_quantum,
+    sinusoid_sum,
+    still,
+)
 from prism.forecasters.stacking import NaiveAnchoredStacker, StackingData
 from prism.primitives.decompose import learn_dictionary
 from prism.primitives.jumps import (
@@ -128,6 +135,13 @@ _N_REGIMES = 10
 #: The regime each was split from (a held regime with too few origins learns with its parent).
 _PARENTS = [_FLAT, _QUIET, _AWAY, _BACK, _AWAY, _BACK, _IDLE, _QUIET, _AWAY, _BACK]
 _COMBINERS = ("stacked", "recent")
+#: A week is the season when the series holds two and its last week predicts the next
+#: clearly better (this share of the error, or less) than the best shorter period: the
+#: spectrum of a few weeks rarely shows a weekly period, and a weekday plateau that stops at
+#: the weekend made the daily season candidates forecast Monday morning at Sunday's level
+#: (13 times the last value's MAE over the next 6 h on a generated weekly panel). On the noise
+#: of a random walk a week's lag error is the larger (a day's on the Helios VCs: within 4 %).
+_WEEK_MARGIN = 0.9
 
 
 @dataclass
@@ -139,6 +153,7 @@ class _SeriesState:
     floor: float  # z-normalisation scale floor of its windows
     jumps: FloatArray | None = None  # its jump persistence table, shrunk to the panel's
     periodic: bool = True  # its spectrum has a significant period (else it never cycles)
+    quantum: float = 0.0  # the step its values move in (0: none; see ``paths.series_quantum``)
 
     @property
     def cycle(self) -> int:
@@ -170,6 +185,13 @@ class PrismForecaster(BaseForecaster):
             jump regimes, turning it on gives the generated deployments a day ahead 1.007
             [0.996, 1.019] and 1.005 [0.989, 1.021] of PRISM's MAE on the two weeks of the
             accuracy benchmark, everything else 0.995-1.001; see the README).
+        use_week: a week may be the season of a series that holds two, when its last week
+            predicted the next clearly better than any shorter period (``_WEEK_MARGIN``).
+        use_snap: in a series whose values move in steps of one size (GPUs, replicas,
+            counts; :func:`~prism.forecasters.paths.series_quantum`), a forecast less than
+            half a step from the last value is the last value: the median of values on that
+            lattice is on it, and where the series holds still the last value is exact while
+            any small move loses without bound against it.
         combiner: ``"stacked"`` (meta-learner across the panel, the last value as prior) or
             ``"recent"`` (per-series weights from the last ``combiner_window``).
         stack_window: the tail of each series whose origins train the stacker (at most a
@@ -202,6 +224,8 @@ class PrismForecaster(BaseForecaster):
         use_jumps: bool = True,
         use_gbm: bool = True,
         use_redirect: bool = False,
+        use_week: bool = True,
+        use_snap: bool = True,
         combiner: str = "stacked",
         stack_window: str = "4d",
         combiner_window: str = "4d",
@@ -224,6 +248,8 @@ class PrismForecaster(BaseForecaster):
         self.use_jumps = use_jumps
         self.use_gbm = use_gbm
         self.use_redirect = use_redirect
+        self.use_week = use_week
+        self.use_snap = use_snap
         self.combiner = combiner
         self.stack_window = stack_window
         self.combiner_window = combiner_window
@@ -350,7 +376,15 @@ class PrismForecaster(BaseForecaster):
         # the spectrum of a square wave)
         choices = {int(round(p.steps)) for p in periods} | {day}
         choices = {c for c in choices if 2 <= c < len(y)} or {min(day, max(1, len(y) - 1))}
-        season = min(sorted(choices), key=lambda c: float(np.mean(np.abs(y[c:] - y[:-c]))))
+
+        def lag_error(c: int) -> float:
+            return float(np.mean(np.abs(y[c:] - y[:-c])))
+
+        season = min(sorted(choices), key=lag_error)
+        week = 7 * day
+        if self.use_week and week not in choices and len(y) >= 2 * week and (
+                lag_error(week) <= _WEEK_MARGIN * lag_error(season)):
+            season = week
         floor = 0.05 * float(np.std(y))
         empty = (np.zeros(0), np.zeros(0), np.zeros(0))
         sinusoids = empty
@@ -364,7 +398,8 @@ class PrismForecaster(BaseForecaster):
             own = self._persistence().fit([(y, self._events(y))])
             jumps = panel_table.shrunk(own, _JUMP_PRIOR)
         return _SeriesState(season=season, sinusoids=sinusoids, floor=floor, jumps=jumps,
-                            periodic=bool(periods))
+                            periodic=bool(periods),
+                            quantum=series_quantum(y) if self.use_snap else 0.0)
 
     def _learn_rnn(self, values: dict[str, FloatArray]) -> SequenceRegressor | None:
         from prism.forecasters.rnn import SequenceRegressor
@@ -487,8 +522,8 @@ class PrismForecaster(BaseForecaster):
         """Each origin's regime, and the regime it has were its recent jump ignored (the
         stacker may send a jump regime's origins to those weights; see ``redirect_``)."""
         six = self._six_hours()
-        regime = np.where(_still(history, origins, six), _FLAT,
-                          np.where(_cycled(history, origins, season), _CYCLING, _QUIET))
+        regime = np.where(still(history, origins, six), _FLAT,
+                          np.where(cycled(history, origins, season), _CYCLING, _QUIET))
         alternative = regime
         if self.use_jumps:
             state = jump_state(events, history, origins, max_age=self._max_jump_age(),
@@ -500,7 +535,7 @@ class PrismForecaster(BaseForecaster):
                 back = np.full(len(origins), _PERIODIC_BACK)
             else:
                 hour = max(2, self._steps_of("1h") if self.freq_s_ <= 3600 else 2)
-                held = _still(history, origins, hour)
+                held = still(history, origins, hour)
                 away = np.where(held, _AWAY_HELD, _AWAY)
                 back = np.where(held, _BACK_HELD, _BACK)
             regime = np.where(state.direction < 0, regime,
@@ -537,8 +572,8 @@ class PrismForecaster(BaseForecaster):
         csum = np.concatenate([[0.0], np.cumsum(history)])
         recent = (csum[origins] - csum[mean_lo]) / np.maximum(origins - mean_lo, 1)
         out["mean"] = np.repeat(recent[:, None], steps, axis=1)
-        out["season"] = _repeat_last(history, origins, steps, state.season)
-        out["profile"] = _profile_paths(history, origins, steps, state.season,
+        out["season"] = repeat_last(history, origins, steps, state.season)
+        out["profile"] = profile_paths(history, origins, steps, state.season,
                                         max(1, self._steps_of("1h") if self.freq_s_ <= 3600
                                             else 1))
         if self.use_jumps and state.jumps is not None:
@@ -550,7 +585,7 @@ class PrismForecaster(BaseForecaster):
             out["primitives"] = last[:, None] + prim - prim_end[:, None]
         if self.use_spectral:
             t = origins[:, None] + np.arange(steps)[None, :]
-            wave = _sinusoids(state.sinusoids, t.astype(np.float64))
+            wave = sinusoid_sum(state.sinusoids, t.astype(np.float64))
             out["spectral"] = out["revert"] + wave
         if self.rnn_ is not None:
             out["rnn"] = self._rnn_paths(series_id, history, origins, steps)
@@ -617,6 +652,10 @@ class PrismForecaster(BaseForecaster):
             known = self.stacker_.weights_.shape[1]
             regimes = np.where(regimes < known, regimes, np.asarray(_PARENTS)[regimes])
             moved = self.stacker_.combine(deltas, regimes, alternative)
+            # a move of less than half the series' step is no move (``use_snap``); a state
+            # saved before the quantum existed reads 0: no snapping
+            half = 0.5 * getattr(self.state_[series_id], "quantum", 0.0)
+            moved = np.where(np.abs(moved) < half, 0.0, moved)
             return np.asarray(last[:, None] + moved, dtype=np.float64)
         return self._recent_combination(series_id, history, ends, steps)
 
@@ -690,65 +729,3 @@ class PrismForecaster(BaseForecaster):
             weights[known, :, lo:hi] = previous[known][:, :, None]
             lo = hi
         return weights
-
-
-def _still(history: FloatArray, origins: Ends, width: int) -> npt.NDArray[np.bool_]:
-    """Whether the last ``width`` points before each origin (fewer at the start) are all equal:
-    trailing extremes from one rolling pass, read at each origin's last point."""
-    window = pd.Series(history).rolling(width, min_periods=1)
-    last = origins - 1
-    return np.asarray(window.max().to_numpy()[last] == window.min().to_numpy()[last])
-
-
-def _cycled(history: FloatArray, origins: Ends, season: int) -> npt.NDArray[np.bool_]:
-    """Whether the last ``season`` points before each origin repeated the ``season`` before
-    them more closely than they held the value before them (strictly: a series that held
-    still did both equally well). False where the history is shorter than two seasons."""
-    out = np.zeros(len(origins), dtype=bool)
-    if season < 2:
-        return out
-    for i, e in enumerate(origins):
-        if e < 2 * season + 1:
-            continue
-        last = history[e - season:e]
-        repeat = float(np.mean(np.abs(last - history[e - 2 * season:e - season])))
-        held = float(np.mean(np.abs(last - history[e - season - 1])))
-        out[i] = repeat < held
-    return out
-
-
-def _repeat_last(history: FloatArray, origins: Ends, steps: int, season: int) -> FloatArray:
-    out = np.empty((len(origins), steps))
-    for i, e in enumerate(origins):
-        out[i] = np.resize(history[e - season:e], steps) if e >= season else history[e - 1]
-    return out
-
-
-def _profile_paths(history: FloatArray, origins: Ends, steps: int, season: int,
-                   anchor: int) -> FloatArray:
-    """The mean cycle of the last week (or fewer cycles), shifted to the last hour's level.
-
-    The cycle's value at each step ahead, plus the mean over the last ``anchor`` steps of the
-    history minus the cycle's mean over the same positions: a smooth seasonal profile that
-    follows the current level (for noisy counts whose last value is mostly noise).
-    """
-    out = np.full((len(origins), steps), np.nan)
-    for i, e in enumerate(origins):
-        cycles = min(7, int(e) // season) if season >= 2 else 0
-        if cycles < 1:
-            continue
-        block = history[e - cycles * season:e].reshape(cycles, season)
-        profile = block.mean(axis=0)  # position j is phase (e - season + j)
-        a = min(anchor, season)
-        level = float(np.mean(history[e - a:e])) - float(np.mean(profile[season - a:]))
-        out[i] = np.resize(profile, steps) + level
-    return out
-
-
-def _sinusoids(terms: tuple[FloatArray, FloatArray, FloatArray], t: FloatArray) -> FloatArray:
-    freqs, amps, phases = terms
-    out = np.zeros(t.shape)
-    for f, a, p in zip(freqs, amps, phases, strict=True):
-        out += a * np.cos(2.0 * np.pi * f * t + p)
-    return out
-

@@ -171,3 +171,70 @@ def test_idle_and_nearly_idle_series_stay_at_zero_and_never_go_negative() -> Non
     assert (counts["p95"] >= 1).all()  # a count series of mean 0.7 is not a point mass
     busy = by["busy"]["mean"].to_numpy()
     assert busy.max() - busy.min() > 20  # the cycle is forecast, not flattened
+
+
+def _weekday_plateau(days: int, rng: np.random.Generator) -> np.ndarray:
+    """400 GPUs on weekdays 10:00-18:00 (ramps of 2 h either side), 90 at night and all
+    weekend, from Monday 2026-01-05 00:00."""
+    ts = pd.date_range("2026-01-05", periods=144 * days, freq=STEP)
+    hour = ts.hour + ts.minute / 60
+    day = np.clip((hour - 8) / 2, 0, 1) * np.clip((20 - hour) / 2, 0, 1)
+    weekday = np.asarray(ts.day_of_week < 5, dtype=float)
+    return np.round(90 + 310 * weekday * day + rng.normal(0, 4, len(ts)))
+
+
+def test_a_weekday_plateau_has_a_weekly_season() -> None:
+    # Monday 11:50 after a weekend: yesterday at this time the cluster was at 90 GPUs, a week
+    # ago at 400. With only a daily season, the season candidates bet on Sunday; with the
+    # week, the forecast holds the weekday plateau until the evening ramp.
+    rng = np.random.default_rng(3)
+    monday = _weekday_plateau(22, rng)[:144 * 21 + 72]  # ends Monday 2026-01-26 11:50
+    saturday = _weekday_plateau(20, rng)[:144 * 19 + 72]  # ends Saturday 2026-01-24 11:50
+    cycle = 100 + 30 * np.sin(2 * np.pi * np.arange(144 * 21) / 144) + rng.normal(0, 2, 144 * 21)
+    panel = _panel({"c/mon/gpus_in_use": monday, "c/sat/gpus_in_use": saturday,
+                    "c/day/gpus_in_use": np.round(cycle)})
+    model = get_forecaster("prism", **NO_RNN).fit(panel)
+    assert model.state_["c/mon/gpus_in_use"].season == 7 * 144
+    assert model.state_["c/day/gpus_in_use"].season == 144  # a daily cycle keeps its day
+    out = model.predict("6h", ())
+    mon = out.loc[out["series_id"] == "c/mon/gpus_in_use", "mean"].to_numpy()
+    sat = out.loc[out["series_id"] == "c/sat/gpus_in_use", "mean"].to_numpy()
+    np.testing.assert_allclose(mon, 400.0, atol=25.0)  # 12:00-17:50 on a Monday
+    np.testing.assert_allclose(sat, 90.0, atol=25.0)  # and on a Saturday
+    daily = get_forecaster("prism", **NO_RNN, use_week=False).fit(panel)
+    assert daily.state_["c/mon/gpus_in_use"].season == 144
+
+
+def test_a_move_smaller_than_half_the_series_step_is_no_move() -> None:
+    # Idle VCs that run 8- and 16-GPU jobs now and then, beside bursty ones. The value is
+    # always a multiple of 8, so a forecast 0.04 GPUs off the last value is no better than
+    # the last value whatever comes, and where the VC stays as it is, infinitely worse.
+    rng = np.random.default_rng(5)
+    n = 144 * 21
+    values = {}
+    for i in range(3):
+        v = np.zeros(n)
+        for start in rng.choice(n - 100, 12, replace=False):
+            v[start:start + int(rng.exponential(30)) + 3] += rng.choice([8.0, 16.0])
+        values[f"c/idle{i}/gpus_in_use"] = v
+    for i in range(2):
+        v = np.full(n, 100.0)
+        for start in rng.choice(n - 100, 12, replace=False):
+            v[start:start + 100] += 60 * 0.9 ** np.arange(100)
+        values[f"c/burst{i}/gpus_in_use"] = np.round(v)
+    panel = _panel(values)
+    ends = np.arange(n - 144 * 4, n, 6)
+
+    def small_moves(model: PrismForecaster) -> int:
+        count = 0
+        for i in range(3):
+            sid = f"c/idle{i}/gpus_in_use"
+            history = model.history_[sid]
+            moved = model._forecast_many(sid, history, ends, 144) - history[ends - 1][:, None]
+            count += int(((moved != 0) & (np.abs(moved) < 4.0)).sum())
+        return count
+
+    snapped = PrismForecaster(use_rnn=False).fit(panel)
+    assert snapped.state_["c/idle0/gpus_in_use"].quantum == 8.0
+    assert small_moves(snapped) == 0
+    assert small_moves(PrismForecaster(use_rnn=False, use_snap=False).fit(panel)) > 0

@@ -322,6 +322,7 @@ def test_a_model_saved_before_the_split_gives_the_cycling_regime_its_parents_wei
     ends = np.array([len(cycle)])
     forecaster.state_[sid].season = DAY
     forecaster.state_[sid].periodic = True  # a daily cycle has a period in its spectrum
+    forecaster.state_[sid].quantum = 0.0  # and moves continuously
     new = forecaster._forecast_many(sid, cycle, ends, DAY)
     stacker.weights_ = weights[:, :_CYCLING]
     old = forecaster._forecast_many(sid, cycle, ends, DAY)
