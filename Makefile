@@ -8,7 +8,7 @@ DB     ?= $(DEMO)/prism.duckdb
 PORT   ?= 8000
 SERVE  ?= 1
 
-.PHONY: install run test lint typecheck chromium bench bench-accuracy bench-accuracy-references clean
+.PHONY: install run test lint typecheck chromium bench bench-accuracy bench-accuracy-references bench-shapes clean
 
 # make test installs the dev tools and Ray (STAMP); make run only what PRISM needs to run
 # (RUN_STAMP): a lighter first run.
@@ -104,6 +104,12 @@ bench: $(STAMP)
 JOBS ?= 2
 bench-accuracy: $(STAMP)
 	$(BIN)/python -m evaluation.benchmarks.accuracy --jobs $(JOBS)
+
+# Shapes the accuracy panels lack (idle VCs, bursts, weekday plateaus, sawtooth, counts,
+# hourly shifts), generated: PRISM, its two newest switches and gbm against the last value
+# (evaluation/results/shapes.md). About 20 minutes on one core.
+bench-shapes: $(STAMP)
+	$(BIN)/python -m evaluation.benchmarks.shapes --models gbm,prism,prism-week,prism-snap
 
 # The same with statsforecast's models as references (the `bench` extra), which needs
 # pandas < 3: it gets its own venv so that .venv keeps what a fresh install gets.

@@ -1,0 +1,55 @@
+"""The shapes benchmark: its generated shapes are what they say, and a smoke run end to end."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from evaluation.benchmarks import shapes
+
+
+def test_the_generated_shapes_are_what_they_say() -> None:
+    panels = shapes.make_panels(seed=7, per_shape=2)
+    assert set(panels) == {"10min", "5min", "1h"}
+    ten = panels["10min"]
+    kinds = shapes.shape_of(ten["series_id"])
+    assert set(kinds) == {"idle", "bursts", "weekly", "sawtooth"}
+    idle = ten.loc[kinds == "idle", "value"].to_numpy()
+    assert (idle % 8 == 0).all() and (idle == 0).mean() > 0.5  # idle VCs with 8-GPU jobs
+    weekly = ten[kinds == "weekly"].set_index("ts").groupby("series_id")["value"]
+    for _, series in weekly:
+        monday, sunday = series.loc["2026-01-12 13:00"], series.loc["2026-01-11 13:00"]
+        assert monday - sunday > 100  # a weekday plateau, a weekend floor
+    assert set(shapes.shape_of(panels["5min"]["series_id"])) == {"counts"}
+    counts = panels["5min"]["value"].to_numpy()
+    assert (counts == np.round(counts)).all() and (counts >= 0).all()
+    steps = panels["1h"].groupby("series_id")["ts"].diff().dropna()
+    assert (steps == pd.Timedelta("1h")).all()
+    again = shapes.make_panels(seed=7, per_shape=2)
+    pd.testing.assert_frame_equal(again["10min"], ten)  # seeded
+
+
+def test_quick_run_scores_every_shape_against_the_last_value(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert shapes.main(["--quick", "--seeds", "1", "--models", "seasonal_naive",
+                        "--output", str(tmp_path)]) == 0
+    table = pd.read_csv(tmp_path / "shapes.csv")
+    assert set(table["shape"]) == set(shapes.SHAPES)
+    assert set(table["horizon"]) == set(shapes.HORIZONS)
+    naive = table[(table["model"] == "naive") & table["avg_rel_mae"].notna()]
+    assert len(naive) >= 15 and (naive["avg_rel_mae"] == 1.0).all()
+    other = table[table["model"] == "seasonal_naive"]
+    assert other["avg_rel_mae"].notna().sum() >= 15
+    # the daily season of a weekday plateau is a catastrophe on Mondays' and Saturdays' eves
+    weekly = other[(other["shape"] == "weekly") & (other["horizon"] == "1d")].iloc[0]
+    assert weekly["avg_rel_mae"] > 1.0
+    report = (tmp_path / "shapes.md").read_text()
+    assert "| shape | horizon | `seasonal_naive` |" in report
+    assert "seed 1 10min: 4 series" in capsys.readouterr().out  # a progress line per panel
+    with pytest.raises(SystemExit):
+        shapes.main(["--quick", "--seeds", "one", "--output", str(tmp_path)])
+    assert shapes.main(["--quick", "--models", "prism-nothing", "--output", str(tmp_path)]) == 2
+    assert "prism-week" in capsys.readouterr().err  # the variants it could have named
