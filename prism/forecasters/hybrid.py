@@ -262,6 +262,14 @@ class PrismForecaster(BaseForecaster):
         self.device = device
         self.random_state = random_state
 
+    #: Parameters added after models were saved, at what a model saved before does (it was
+    #: fitted without them): its pickle reads these.
+    _ADDED_PARAMS: dict[str, Any] = {"use_redirect": False, "use_week": False,
+                                     "use_snap": False}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update({**self._ADDED_PARAMS, **state})
+
     @classmethod
     def test_params(cls) -> list[dict[str, Any]]:
         """Cheap settings for the conformance suite (the RNN tiny)."""

@@ -238,3 +238,26 @@ def test_a_move_smaller_than_half_the_series_step_is_no_move() -> None:
     assert snapped.state_["c/idle0/gpus_in_use"].quantum == 8.0
     assert small_moves(snapped) == 0
     assert small_moves(PrismForecaster(use_rnn=False, use_snap=False).fit(panel)) > 0
+
+
+def test_a_model_saved_before_the_week_and_the_snap_loads_as_it_was() -> None:
+    # A pickle of a PRISM from before use_week and use_snap (no such attributes, no quantum in
+    # its series' states) reads them as off, which is what it does: its season was chosen
+    # without the week, and with no quantum it never snaps.
+    import pickle
+
+    rng = np.random.default_rng(4)
+    values = np.round(30 + 10 * np.sin(2 * np.pi * np.arange(144 * 10) / 144)
+                      + rng.normal(0, 2, 144 * 10))
+    model = PrismForecaster(**NO_RNN).fit(_panel({"c/all/gpus_in_use": values}))
+    old = pickle.loads(pickle.dumps(model))
+    for name in ("use_week", "use_snap"):
+        del old.__dict__[name]
+    del old.state_["c/all/gpus_in_use"].__dict__["quantum"]
+    loaded = pickle.loads(pickle.dumps(old))
+    assert loaded.get_params()["use_week"] is False and loaded.get_params()["use_snap"] is False
+    assert model.get_params()["use_snap"] is True
+    unsnapped = PrismForecaster(**NO_RNN, use_snap=False).fit(
+        _panel({"c/all/gpus_in_use": values}))
+    np.testing.assert_array_equal(loaded.predict(36, ())["mean"],
+                                  unsnapped.predict(36, ())["mean"])
