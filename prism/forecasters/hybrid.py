@@ -15,9 +15,11 @@ with a meta-learner trained out of sample across the panel, with the last value 
 - **revert**: the last value reverting to the median since the latest jump (at most a day
   back), with a half-life of 6 h (queues drain, bursts decay);
 - **mean**: the mean of the last 6 h (a level that ignores the noise of counts);
-- **season**: the last cycle of the strongest period found in the series (spectral analysis,
-  :func:`~prism.primitives.spectral.find_periods`; a day when none is significant), and
-  **profile**: the mean cycle of the last week, shifted to the last hour's level;
+- **season**: the last cycle of the period whose last cycle predicted the next best, among
+  a day and those spectral analysis finds in the series
+  (:func:`~prism.primitives.spectral.find_periods`); a week (``use_week``) where it predicted
+  clearly better than those (weekday plateaus), and **profile**: the mean of the last 7
+  cycles (a week of days), shifted to the last hour's level;
 - **primitives** (``use_primitives``): the lookback window before the origin is encoded as a
   sparse activation vector over a learned dictionary of demand shapes
   (:class:`~prism.primitives.dictionary.PrimitiveDictionary`, learned from the windows of all
@@ -50,6 +52,8 @@ drops out up to ``combiner_trim_horizon``).
 The switches ``use_primitives``, ``use_spectral``, ``use_rnn`` and ``use_jumps`` drop
 candidates for ablations, and ``use_redirect`` turns on the redirects above; the parts that
 did not earn their keep on the accuracy benchmark are off by default (see the README).
+Where a series' values move in steps of one size (whole GPUs, replicas, counts), a
+forecast less than half a step from the last value is the last value (``use_snap``).
 Everything is learned on the series but its calibration tail (see
 :mod:`prism.forecasters.base`), so the combiner and the conformal quantiles are out of sample.
 """
@@ -262,8 +266,8 @@ class PrismForecaster(BaseForecaster):
         self.device = device
         self.random_state = random_state
 
-    #: Parameters added after models were saved, at what a model saved before does (it was
-    #: fitted without them): its pickle reads these.
+    #: Parameters added after models were saved: a pickle from before them reads these
+    #: values, which say what it does (it was fitted without them).
     _ADDED_PARAMS: dict[str, Any] = {"use_redirect": False, "use_week": False,
                                      "use_snap": False}
 
@@ -582,8 +586,8 @@ class PrismForecaster(BaseForecaster):
         out["mean"] = np.repeat(recent[:, None], steps, axis=1)
         out["season"] = repeat_last(history, origins, steps, state.season)
         out["profile"] = profile_paths(history, origins, steps, state.season,
-                                        max(1, self._steps_of("1h") if self.freq_s_ <= 3600
-                                            else 1))
+                                       max(1, self._steps_of("1h") if self.freq_s_ <= 3600
+                                           else 1))
         if self.use_jumps and state.jumps is not None:
             out["jump"] = jump_paths(history, origins, steps, jumps, state.jumps, self.freq_s_)
         if self.dictionary_ is not None:
