@@ -143,8 +143,9 @@ def shape_of(series_id: pd.Series) -> pd.Series:
 
 
 def run(seeds: Sequence[int], models: Sequence[str], windows: int,
-        per_shape: int = PER_SHAPE) -> pd.DataFrame:
-    """Backtest frames of every model on every panel of every seed, one after another.
+        per_shape: int = PER_SHAPE) -> tuple[pd.DataFrame, dict[str, pd.DataFrame]]:
+    """Backtest frames of every model on every panel of every seed, one after another, and
+    the panels by name (``s<seed>-<step>``, the frame's ``panel`` column).
 
     ``models`` are forecaster aliases or PRISM's variants (``prism-week``: the accuracy
     benchmark's :func:`~evaluation.benchmarks.accuracy.prism_variants`).
@@ -154,8 +155,10 @@ def run(seeds: Sequence[int], models: Sequence[str], windows: int,
     """
     specs = model_specs(models, prism_variants())
     frames = []
+    panels: dict[str, pd.DataFrame] = {}
     for seed in seeds:
         for step, panel in make_panels(seed, per_shape).items():
+            panels[f"s{seed}-{step}"] = panel
             started = time.perf_counter()
             forecasters = {m: get_forecaster(alias, **params)
                            for m, (alias, params) in specs.items()}
@@ -165,15 +168,12 @@ def run(seeds: Sequence[int], models: Sequence[str], windows: int,
             frames.append(frame)
             print(f"seed {seed} {step:>5}: {panel[SERIES_ID].nunique()} series, "
                   f"{time.perf_counter() - started:.0f} s", flush=True)
-    return pd.concat(frames, ignore_index=True)
+    return pd.concat(frames, ignore_index=True), panels
 
 
-def score(frame: pd.DataFrame, seeds: Sequence[int], per_shape: int = PER_SHAPE
-          ) -> pd.DataFrame:
+def score(frame: pd.DataFrame, panels: dict[str, pd.DataFrame]) -> pd.DataFrame:
     """Per shape and horizon: each model's AvgRelMAE against the last value and the rest of
-    the accuracy benchmark's columns."""
-    panels = {f"s{seed}-{step}": p for seed in seeds
-              for step, p in make_panels(seed, per_shape).items()}
+    the accuracy benchmark's columns (``panels``: :func:`run`'s)."""
     rows: list[pd.DataFrame] = []
     ahead = frame[TS] - frame["cutoff"]
     for horizon in HORIZONS:
@@ -238,11 +238,11 @@ def main(argv: list[str] | None = None) -> int:
     windows = QUICK_WINDOWS if args.quick else args.windows
     per_shape = 1 if args.quick else PER_SHAPE
     try:
-        frame = run(seeds, models, windows, per_shape)
+        frame, panels = run(seeds, models, windows, per_shape)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    table = score(frame, seeds, per_shape)
+    table = score(frame, panels)
     args.output.mkdir(parents=True, exist_ok=True)
     table.to_csv(args.output / "shapes.csv", index=False, float_format="%.6g")
     text = (f"# Shapes: AvgRelMAE against `{BASELINE}` [95 % interval], catastrophes\n\n"
