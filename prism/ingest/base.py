@@ -425,7 +425,7 @@ def _read_csv_bytes(
         )
         try:
             table = pacsv.read_csv(io.BytesIO(data), parse_options=parse, convert_options=convert)
-            return table.to_pandas()
+            return _to_pandas(path, table)
         except pa.ArrowInvalid:
             pass  # fall back to strings so that the checks can name the bad row
     try:
@@ -448,7 +448,24 @@ def _read_csv_bytes(
             fix="every row needs as many fields as the header; quote fields holding the "
             "delimiter",
         ) from exc
-    return table.to_pandas()
+    return _to_pandas(path, table)
+
+
+def _to_pandas(path: Path, table: pa.Table) -> pd.DataFrame:
+    """``table`` as a frame; column names that are not UTF-8 text are the file's fault.
+
+    :func:`read_bytes` checks the first line, but pyarrow takes the header from the first
+    line that is not blank (and a quoted name may span lines): its names are bytes, and the
+    conversion decodes them.
+    """
+    try:
+        return table.to_pandas()
+    except UnicodeDecodeError as exc:
+        raise IngestError(
+            f"the header (the first line that is not blank) is not UTF-8 text ({exc.reason} "
+            f"at byte {exc.start} of a column name)", path=str(path), line=None,
+            fix="convert the file to UTF-8, e.g. iconv -f latin1 -t utf-8",
+        ) from exc
 
 
 def _row_lines(data: bytes, n_rows: int) -> np.ndarray:

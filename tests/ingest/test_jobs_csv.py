@@ -152,6 +152,19 @@ def test_parser_raises_only_prism_errors(tmp_path: Path, body: bytes) -> None:
             pass
 
 
+def test_a_header_after_a_blank_line_that_is_not_utf8_is_an_ingest_error(
+        tmp_path: Path) -> None:
+    # Found by the property test above: pyarrow takes the header from the first line that is
+    # not blank, and names that are not UTF-8 broke its conversion to pandas with a
+    # UnicodeDecodeError, no PRISM error (the first line, checked on reading, was blank).
+    for body in (b"\n\x80,b\n1,2\n", b'"job\n\xe9tat",b\n1,2\n'):
+        path = tmp_path / "latin1.csv"
+        path.write_bytes(body)
+        with pytest.raises(IngestError, match="header .* is not UTF-8") as info:
+            get_adapter("jobs-csv").read(path, IngestOptions(cluster="c"))
+        assert "latin1.csv" in str(info.value) and "iconv" in str(info.value)
+
+
 def test_skip_duplicate_in_clean_file_keeps_first(store: Store, tmp_path: Path) -> None:
     # A file that is clean but for a repeated id takes the Arrow fast path; the SQL check
     # after the insert finds the repeat and, under skip, keeps the first row only.
