@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import re
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -452,20 +453,14 @@ def _read_csv_bytes(
 
 
 def _to_pandas(path: Path, table: pa.Table) -> pd.DataFrame:
-    """``table`` as a frame; column names that are not UTF-8 text are the file's fault.
-
-    :func:`read_bytes` checks the first line, but pyarrow takes the header from the first
-    line that is not blank (and a quoted name may span lines): its names are bytes, and the
-    conversion decodes them.
-    """
+    """``table`` as a frame. Its column names come from the first line that is not blank (a
+    quoted one may span lines), which :func:`read_bytes`' first-line check may have missed."""
     try:
         return table.to_pandas()
     except UnicodeDecodeError as exc:
-        raise IngestError(
-            f"the header (the first line that is not blank) is not UTF-8 text ({exc.reason} "
-            f"at byte {exc.start} of a column name)", path=str(path), line=None,
-            fix="convert the file to UTF-8, e.g. iconv -f latin1 -t utf-8",
-        ) from exc
+        raise IngestError(f"the header (the first line that is not blank) is not UTF-8 text "
+                          f"({exc.reason} in a column name)", path=str(path),
+                          fix="convert the file to UTF-8, e.g. iconv -f latin1 -t utf-8") from exc
 
 
 def _row_lines(data: bytes, n_rows: int) -> np.ndarray:
@@ -482,8 +477,6 @@ def _row_lines(data: bytes, n_rows: int) -> np.ndarray:
 
 def _line_of_arrow_error(message: str) -> int | None:
     # pyarrow reports "Row #N" counting from 1 for the header line.
-    import re
-
     match = re.search(r"[Rr]ow #(\d+)", message)
     return int(match.group(1)) if match else None
 
