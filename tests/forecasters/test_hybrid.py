@@ -240,10 +240,50 @@ def test_a_move_smaller_than_half_the_series_step_is_no_move() -> None:
     assert small_moves(PrismForecaster(use_rnn=False, use_snap=False).fit(panel)) > 0
 
 
+def test_a_one_off_step_yesterday_is_not_a_cycle_in_a_series_without_one() -> None:
+    # Autoscaled apps that cycle every day, beside apps resized by hand (steps that hold).
+    # One of those went to 56 GPUs yesterday 04:40-09:10 only and has held 28 since. The
+    # cycle candidates would repeat yesterday's step tomorrow morning, with the weights the
+    # panel's cycles earned them; gated, a series without a period has no cycle candidate.
+    rng = np.random.default_rng(7)
+    n = 144 * 21
+    t = np.arange(n)
+    values = {}
+    for i in range(8):
+        base, size = rng.uniform(5, 30), rng.choice([1, 2, 4])
+        load = base * (1 + 0.6 * np.cos(2 * np.pi * (t - rng.uniform(60, 120)) / 144))
+        load = load * rng.lognormal(0, 0.05, n)
+        load[rng.integers(n // 3, n):] *= rng.choice([0.7, 1.4])
+        values[f"c/auto{i}/gpus_in_use"] = np.ceil(load) * size
+    for i in range(3):
+        v, level, start = np.empty(n), int(rng.integers(10, 40)), 0
+        while start < n:
+            span = int(rng.exponential(144 * 3)) + 1
+            v[start:start + span] = level
+            start += span
+            level = max(1, level + int(rng.choice([-1, 1]) * rng.integers(2, 12)))
+        v[-2 * 144:] = 28.0
+        v[-144 - 116:-144 - 89] = 56.0
+        values[f"c/manual{i}/gpus_in_use"] = v
+    panel = _panel(values)
+    manual = [f"c/manual{i}/gpus_in_use" for i in range(3)]
+
+    def largest_move(model: PrismForecaster) -> float:
+        out = model.fit(panel).predict("1d", ())
+        return float(np.abs(out.loc[out["series_id"].isin(manual), "mean"] - 28.0).max())
+
+    gated = PrismForecaster(use_rnn=False, use_cycle_gate=True)
+    assert largest_move(gated) == 0.0
+    assert not any(gated.state_[sid].periodic or gated.state_[sid].repeats for sid in manual)
+    assert all(gated.state_[f"c/auto{i}/gpus_in_use"].periodic for i in range(8))
+    assert largest_move(PrismForecaster(use_rnn=False, use_cycle_gate=False)) >= 1.0
+
+
 def test_a_model_saved_before_the_week_and_the_snap_loads_as_it_was() -> None:
-    # A pickle of a PRISM from before use_week and use_snap (no such attributes, no quantum in
-    # its series' states) reads them as off, which is what it does: its season was chosen
-    # without the week, and with no quantum it never snaps.
+    # A pickle of a PRISM from before use_week, use_snap and use_cycle_gate (no such
+    # attributes, no quantum or repeats in its series' states) reads them as off, which is
+    # what it does: its season was chosen without the week, with no quantum it never snaps,
+    # and every series had the cycle candidates.
     import pickle
 
     rng = np.random.default_rng(4)
@@ -251,11 +291,14 @@ def test_a_model_saved_before_the_week_and_the_snap_loads_as_it_was() -> None:
                       + rng.normal(0, 2, 144 * 10))
     model = PrismForecaster(**NO_RNN).fit(_panel({"c/all/gpus_in_use": values}))
     old = pickle.loads(pickle.dumps(model))
-    for name in ("use_week", "use_snap"):
+    for name in ("use_week", "use_snap", "use_cycle_gate"):
         del old.__dict__[name]
-    del old.state_["c/all/gpus_in_use"].__dict__["quantum"]
+    for name in ("quantum", "repeats"):
+        del old.state_["c/all/gpus_in_use"].__dict__[name]
     loaded = pickle.loads(pickle.dumps(old))
-    assert loaded.get_params()["use_week"] is False and loaded.get_params()["use_snap"] is False
+    assert not any(loaded.get_params()[name] for name in ("use_week", "use_snap",
+                                                          "use_cycle_gate"))
+    assert loaded.state_["c/all/gpus_in_use"].repeats  # the dataclass default
     assert model.get_params()["use_snap"] is True
     unsnapped = PrismForecaster(**NO_RNN, use_snap=False).fit(
         _panel({"c/all/gpus_in_use": values}))
