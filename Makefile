@@ -105,11 +105,12 @@ JOBS ?= 2
 bench-accuracy: $(STAMP)
 	$(BIN)/python -m evaluation.benchmarks.accuracy --jobs $(JOBS)
 
-# Shapes the accuracy panels lack (idle VCs, bursts, weekday plateaus, sawtooth, counts,
-# hourly shifts), generated: PRISM, its two newest switches and gbm against the last value
-# (evaluation/results/shapes.md). About 20 minutes on one core.
+# Shapes the accuracy panels lack (idle VCs, bursts, weekday plateaus, sawtooth, inference
+# apps autoscaled or resized by hand, counts, hourly shifts), generated: PRISM, its newest
+# switch and gbm against the last value (evaluation/results/shapes.md). About 25 minutes on
+# one core.
 bench-shapes: $(STAMP)
-	$(BIN)/python -m evaluation.benchmarks.shapes --models gbm,prism,prism-week,prism-snap
+	$(BIN)/python -m evaluation.benchmarks.shapes --models gbm,prism,prism-cycle_gate
 
 # The same with statsforecast's models as references (the `bench` extra), which needs
 # pandas < 3: it gets its own venv so that .venv keeps what a fresh install gets.

@@ -13,11 +13,17 @@ Shapes (28 days at 10 min unless said; ``--seeds`` draws each anew):
 - ``bursts``: a base load with bursts that decay geometrically (10-50 min half-lives);
 - ``weekly``: 400-500 GPUs on weekdays 10:00-18:00 (2 h ramps), a night and weekend floor;
 - ``sawtooth``: a gang of 4-GPU jobs that grows and ends together;
+- ``autoscaled``: an inference app's replicas (1, 2 or 4 GPUs each) following a daily load,
+  up at once and down after an hour's cooldown; a new version changes what a replica
+  serves (a step that holds) every few days;
+- ``manual``: an app resized by hand every few days (steps that hold, no cycle);
 - ``counts``: job arrivals per 5 min (21 days), Poisson with a daily cycle;
 - ``hourly``: hourly demand (60 days) with a daily cycle and level shifts that hold.
 
-The 10-minute shapes share one panel (PRISM's stacker learns across it, as in a cluster
-whose VCs differ); the 5-minute and hourly ones are panels of their own.
+The 10-minute VC shapes share one panel (PRISM's stacker learns across it, as in a cluster
+whose VCs differ), and so do the two inference-app shapes (a fleet's apps); the 5-minute and
+hourly ones are panels of their own. (With the apps in the VCs' panel, the stacker's shared
+weights moved the other shapes: idle VCs at 6 h 3.77 -> 1.00, sawtooth at 1 h 0.93 -> 1.05.)
 
 Run: ``python -m evaluation.benchmarks.shapes`` (writes ``evaluation/results/shapes.{csv,md}``;
 ``--quick`` is the tests' smoke setting).
@@ -46,7 +52,7 @@ RESULTS = ROOT / "evaluation" / "results"
 BASELINE = "naive"
 MODELS = ("naive", "gbm", "prism")
 HORIZONS = ("1h", "6h", "1d")
-SHAPES = ("idle", "bursts", "weekly", "sawtooth", "counts", "hourly")
+SHAPES = ("idle", "bursts", "weekly", "sawtooth", "autoscaled", "manual", "counts", "hourly")
 WINDOWS = 14
 STEP = "12h"
 SEEDS = (1, 2)
@@ -91,6 +97,37 @@ def _sawtooth(rng: np.random.Generator, n: int) -> np.ndarray:
     return v
 
 
+def _autoscaled(rng: np.random.Generator, n: int) -> np.ndarray:
+    t = np.arange(n)
+    load = rng.uniform(3, 30) * (1 + rng.uniform(0.3, 0.9)
+                                 * np.cos(2 * np.pi * (t - rng.uniform(0, 144)) / 144))
+    load *= rng.lognormal(0, 0.08, n)
+    served = np.ones(n)  # what a replica serves: a new version every few days
+    j = 0
+    while (j := j + int(rng.exponential(5 * 144)) + 1) < n:
+        served[j:] *= rng.choice([rng.uniform(0.6, 0.85), rng.uniform(1.2, 1.6)])
+    want = np.maximum(np.ceil(load / served), 1)
+    replicas, since, v = want[0], 0, np.empty(n)
+    for k in range(n):
+        if want[k] > replicas:
+            replicas, since = want[k], k
+        elif want[k] < 0.8 * replicas and k - since >= 6:
+            replicas, since = np.ceil((replicas + want[k]) / 2), k
+        v[k] = replicas
+    return v * rng.choice([1.0, 2.0, 4.0])
+
+
+def _manual(rng: np.random.Generator, n: int) -> np.ndarray:
+    v = np.empty(n)
+    replicas, start = int(rng.integers(5, 40)), 0
+    while start < n:
+        span = int(rng.exponential(3 * 144)) + 1
+        v[start:start + span] = replicas
+        start += span
+        replicas = max(1, replicas + int(rng.choice([-1, 1]) * rng.integers(1, replicas // 2 + 2)))
+    return v * rng.choice([1.0, 2.0, 4.0, 8.0])
+
+
 def _counts(rng: np.random.Generator, n: int, per_day: int) -> np.ndarray:
     t = np.arange(n)
     rate = rng.uniform(0.3, 3) * (1 + 0.8 * np.sin(2 * np.pi * (t + rng.integers(per_day))
@@ -111,10 +148,12 @@ def _hourly(rng: np.random.Generator, n: int) -> np.ndarray:
 
 
 def make_panels(seed: int, per_shape: int = PER_SHAPE) -> dict[str, pd.DataFrame]:
-    """The generated panels of one seed, by step (``10min``, ``5min``, ``1h``); series ids
+    """The generated panels of one seed, by step (``10min``, ``5min``, ``1h``; the inference
+    apps, ``10min-apps``, are a panel of their own, as a fleet's store would be); series ids
     ``s<seed>/<shape><i>/<metric>``."""
     rng = np.random.default_rng(seed)
-    frames: dict[str, list[pd.DataFrame]] = {"10min": [], "5min": [], "1h": []}
+    frames: dict[str, list[pd.DataFrame]] = {"10min": [], "10min-apps": [], "5min": [],
+                                              "1h": []}
 
     def add(step: str, shape: str, i: int, metric: str, ts: pd.DatetimeIndex,
             values: np.ndarray) -> None:
@@ -122,12 +161,15 @@ def make_panels(seed: int, per_shape: int = PER_SHAPE) -> dict[str, pd.DataFrame
                                           "value": values}))
 
     ts10 = pd.date_range(START, periods=28 * 144, freq="10min")
-    for shape, make in (("idle", _idle), ("bursts", _bursts),
-                        ("sawtooth", _sawtooth)):
+    for shape, make in (("idle", _idle), ("bursts", _bursts), ("sawtooth", _sawtooth)):
         for i in range(per_shape):
             add("10min", shape, i, "gpus_in_use", ts10, make(rng, len(ts10)))
     for i in range(per_shape):
         add("10min", "weekly", i, "gpus_in_use", ts10, _weekly(rng, ts10))
+    apps = np.random.default_rng((seed, 1))  # added later: the other shapes draw as before
+    for shape, make in (("autoscaled", _autoscaled), ("manual", _manual)):
+        for i in range(per_shape):
+            add("10min-apps", shape, i, "gpus_in_use", ts10, make(apps, len(ts10)))
     ts5 = pd.date_range(START, periods=21 * 288, freq="5min")
     for i in range(per_shape):
         add("5min", "counts", i, "jobs_submitted", ts5, _counts(rng, len(ts5), 288))

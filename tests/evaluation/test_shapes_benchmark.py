@@ -13,23 +13,32 @@ from evaluation.benchmarks import shapes
 
 def test_the_generated_shapes_are_what_they_say() -> None:
     panels = shapes.make_panels(seed=7, per_shape=2)
-    assert set(panels) == {"10min", "5min", "1h"}
-    ten = panels["10min"]
+    assert set(panels) == {"10min", "10min-apps", "5min", "1h"}
+    assert set(shapes.shape_of(panels["10min-apps"]["series_id"])) == {"autoscaled", "manual"}
+    ten = pd.concat([panels["10min"], panels["10min-apps"]], ignore_index=True)
     kinds = shapes.shape_of(ten["series_id"])
-    assert set(kinds) == {"idle", "bursts", "weekly", "sawtooth"}
+    assert set(kinds) == {"idle", "bursts", "weekly", "sawtooth", "autoscaled", "manual"}
     idle = ten.loc[kinds == "idle", "value"].to_numpy()
     assert (idle % 8 == 0).all() and (idle == 0).mean() > 0.5  # idle VCs with 8-GPU jobs
     weekly = ten[kinds == "weekly"].set_index("ts").groupby("series_id")["value"]
     for _, series in weekly:
         monday, sunday = series.loc["2026-01-12 13:00"], series.loc["2026-01-11 13:00"]
         assert monday - sunday > 100  # a weekday plateau, a weekend floor
+    days = ten.assign(day=ten["ts"].dt.floor("1d"))
+    for kind, cycles in (("autoscaled", True), ("manual", False)):
+        apps = days[kinds == kind]
+        # whole replicas of one size; an autoscaled app's hours differ more within a day
+        # than its days do (a daily cycle), a hand-sized one's never move within most days
+        assert (apps["value"] > 0).all() and (apps["value"] == np.round(apps["value"])).all()
+        within = apps.groupby(["series_id", "day"])["value"].nunique()
+        assert ((within > 1).mean() > 0.9) == cycles
     assert set(shapes.shape_of(panels["5min"]["series_id"])) == {"counts"}
     counts = panels["5min"]["value"].to_numpy()
     assert (counts == np.round(counts)).all() and (counts >= 0).all()
     steps = panels["1h"].groupby("series_id")["ts"].diff().dropna()
     assert (steps == pd.Timedelta("1h")).all()
     again = shapes.make_panels(seed=7, per_shape=2)
-    pd.testing.assert_frame_equal(again["10min"], ten)  # seeded
+    pd.testing.assert_frame_equal(again["10min"], panels["10min"])  # seeded
 
 
 def test_quick_run_scores_every_shape_against_the_last_value(
