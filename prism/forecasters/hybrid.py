@@ -600,7 +600,7 @@ class PrismForecaster(BaseForecaster):
         csum = np.concatenate([[0.0], np.cumsum(history)])
         recent = (csum[origins] - csum[mean_lo]) / np.maximum(origins - mean_lo, 1)
         out["mean"] = np.repeat(recent[:, None], steps, axis=1)
-        if state.periodic or state.repeats or not getattr(self, "use_cycle_gate", False):
+        if state.periodic or state.repeats or not self.use_cycle_gate:
             out["season"] = repeat_last(history, origins, steps, state.season)
             out["profile"] = profile_paths(history, origins, steps, state.season,
                                            max(1, self._steps_of("1h") if self.freq_s_ <= 3600

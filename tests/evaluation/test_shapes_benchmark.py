@@ -27,8 +27,8 @@ def test_the_generated_shapes_are_what_they_say() -> None:
     days = ten.assign(day=ten["ts"].dt.floor("1d"))
     for kind, cycles in (("autoscaled", True), ("manual", False)):
         apps = days[kinds == kind]
-        # whole replicas of one size; an autoscaled app's hours differ more within a day
-        # than its days do (a daily cycle), a hand-sized one's never move within most days
+        # whole replicas; an autoscaled app moves within nearly every day (a daily cycle),
+        # a hand-sized one holds still through most days
         assert (apps["value"] > 0).all() and (apps["value"] == np.round(apps["value"])).all()
         within = apps.groupby(["series_id", "day"])["value"].nunique()
         assert ((within > 1).mean() > 0.9) == cycles
