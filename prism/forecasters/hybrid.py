@@ -11,7 +11,8 @@ with a meta-learner trained out of sample across the panel, with the last value 
   classed by direction (away from or back toward the week's level) and age, keeps what jumps
   of that class have kept in the history of the panel and of the series: a level shift holds,
   a burst decays, at the rate past bursts decayed. No candidate reverts to a level the series
-  has left for good: the reversion candidate reverts to the median *since* the latest jump;
+  has left for good: the reversion candidate reverts to the median *since* the latest jump,
+  and a move one point old is a jump of age 0 (``use_fresh_jumps``);
 - **revert**: the last value reverting to the median since the latest jump (at most a day
   back), with a half-life of 6 h (queues drain, bursts decay);
 - **mean**: the mean of the last 6 h (a level that ignores the noise of counts);
@@ -207,6 +208,19 @@ class PrismForecaster(BaseForecaster):
             (on the generated deployments a day ahead, 0.964 [0.935, 0.986] and 0.963 [0.940,
             0.981] of the ungated PRISM's MAE on the two weeks of the accuracy benchmark, the
             other panels within their intervals of 1; see the README).
+        use_fresh_jumps: in a series whose earlier one-point moves mostly held, a last value
+            that alone moved as far as a jump does (the rolling median flags a jump one point
+            later) is a jump of age 0 from the level before it
+            (:func:`~prism.primitives.jumps.jump_state`): the forecast takes the weights of
+            its jump's regime, and the reversion candidate's target is the new level, not the
+            day's median it left. The stacker's weights are learned as without it, so only
+            forecasts from such origins change. Without it, an app resized at the last point
+            before the cutoff was pulled back toward its old size by the weight the reversion
+            earned on the panel's scale-downs. Off by default: it removes that catastrophe
+            from the generated hand-sized apps (6 h ahead 1.259 -> 1.000 of the last value's
+            MAE) but gains nothing on the accuracy benchmark (paired ratios 0.996-1.004 on
+            both weeks, deployments at 6 h 0.997 / 0.998 of PRISM's MAE without it; see the
+            README).
         combiner: ``"stacked"`` (meta-learner across the panel, the last value as prior) or
             ``"recent"`` (per-series weights from the last ``combiner_window``).
         stack_window: the tail of each series whose origins train the stacker (at most a
@@ -242,6 +256,7 @@ class PrismForecaster(BaseForecaster):
         use_week: bool = True,
         use_snap: bool = True,
         use_cycle_gate: bool = True,
+        use_fresh_jumps: bool = False,
         combiner: str = "stacked",
         stack_window: str = "4d",
         combiner_window: str = "4d",
@@ -267,6 +282,7 @@ class PrismForecaster(BaseForecaster):
         self.use_week = use_week
         self.use_snap = use_snap
         self.use_cycle_gate = use_cycle_gate
+        self.use_fresh_jumps = use_fresh_jumps
         self.combiner = combiner
         self.stack_window = stack_window
         self.combiner_window = combiner_window
@@ -282,7 +298,8 @@ class PrismForecaster(BaseForecaster):
     #: Parameters added after models were saved: a pickle from before them reads these
     #: values, which say what it does (it was fitted without them).
     _ADDED_PARAMS: dict[str, Any] = {"use_redirect": False, "use_week": False,
-                                     "use_snap": False, "use_cycle_gate": False}
+                                     "use_snap": False, "use_cycle_gate": False,
+                                     "use_fresh_jumps": False}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update({**self._ADDED_PARAMS, **state})
@@ -492,7 +509,10 @@ class PrismForecaster(BaseForecaster):
                 continue
             state = self._learn_series(sid, inner[sid])
             events = self._events(v)
-            paths = self._candidates(sid, v, origins, steps, state=state, events=events)
+            # the weights are learned as before ``use_fresh_jumps``: a move one point old
+            # takes, in the forecast, the weights its jump gets one point later
+            paths = self._candidates(sid, v, origins, steps, state=state, events=events,
+                                     fresh=False)
             last = v[origins - 1]
             names = self._stack_names(paths)
             deltas.append(np.stack([paths[n] - last[:, None] for n in names]))
@@ -501,7 +521,7 @@ class PrismForecaster(BaseForecaster):
             targets.append(actual - last[:, None])
             groups.append(np.full(len(origins), g, dtype=np.int64))
             orders.append((origins - n_inner) / max(tail, 1))
-            regime, alternative = self._regimes(v, origins, events, state.cycle)
+            regime, alternative = self._regimes(v, origins, events, state.cycle, fresh=False)
             regimes.append(regime)
             alts.append(alternative)
             levels.append(np.abs(last))
@@ -546,16 +566,19 @@ class PrismForecaster(BaseForecaster):
         return [n for n in order if n in present]
 
     def _regimes(self, history: FloatArray, origins: Ends, events: JumpEvents,
-                 season: int) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+                 season: int, *, fresh: bool | None = None
+                 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
         """Each origin's regime, and the regime it has were its recent jump ignored (the
-        stacker may send a jump regime's origins to those weights; see ``redirect_``)."""
+        stacker may send a jump regime's origins to those weights; see ``redirect_``).
+        ``fresh``: a move one point old is a jump (default ``use_fresh_jumps``)."""
         six = self._six_hours()
         regime = np.where(still(history, origins, six), _FLAT,
                           np.where(cycled(history, origins, season), _CYCLING, _QUIET))
         alternative = regime
         if self.use_jumps:
             state = jump_state(events, history, origins, max_age=self._max_jump_age(),
-                               settle=self._six_hours())
+                               settle=self._six_hours(),
+                               fresh=self.use_fresh_jumps if fresh is None else fresh)
             away: npt.NDArray[np.int64]
             back: npt.NDArray[np.int64]
             if season >= 2:  # a periodic series (``cycle``; 0 for the others)
@@ -575,10 +598,12 @@ class PrismForecaster(BaseForecaster):
     # -- candidates ---------------------------------------------------------------------------
     def _candidates(self, series_id: str, history: FloatArray, origins: Ends, steps: int,
                     state: _SeriesState | None = None,
-                    events: JumpEvents | None = None) -> dict[str, FloatArray]:
+                    events: JumpEvents | None = None,
+                    fresh: bool | None = None) -> dict[str, FloatArray]:
         """Each candidate's ``(len(origins), steps)`` forecasts (NaN where it has none).
 
-        ``events`` are the jumps of ``history`` when the caller has them already.
+        ``events`` are the jumps of ``history`` when the caller has them already; ``fresh``:
+        a move one point old is a jump (default ``use_fresh_jumps``).
         """
         state = state if state is not None else self.state_[series_id]
         k = np.arange(1, steps + 1, dtype=np.float64)
@@ -587,7 +612,8 @@ class PrismForecaster(BaseForecaster):
         day = self._steps_of("1d") if self.freq_s_ <= 86400 else 1
         events = events if events is not None else self._events(history)
         jumps = jump_state(events, history, origins, max_age=self._max_jump_age(),
-                           settle=self._six_hours())
+                           settle=self._six_hours(),
+                           fresh=self.use_fresh_jumps if fresh is None else fresh)
         # the reversion target: the median since the latest jump (a level the series has
         # left is never the target), at most a day back
         since = np.where(np.isfinite(jumps.age), jumps.age + 1, day).astype(np.int64)

@@ -25,7 +25,7 @@ Indices are steps of the array; every function is causal: the state at origin ``
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -52,6 +52,13 @@ class JumpEvents:
         base: the level before each jump (median of the ``base_window`` before its onset).
         week_level: the median of the week before each jump's onset.
         scale: the robust noise scale the threshold was applied to, at the last step.
+        fresh_at: the steps whose value alone moved as far from the smoothed level before it
+            as a jump does, not (yet) flagged: a move one point old, which the rolling median
+            flags at the next point if it holds (:func:`jump_state` with ``fresh``).
+        fresh_base, fresh_week: the base (median of the ``base_window`` before) and the
+            week's level of each such move.
+        fresh_held: whether each such move held (the median flagged it at the next point);
+            False for a move at the last point, whose next point is not known.
     """
 
     onset: IntArray
@@ -59,6 +66,10 @@ class JumpEvents:
     base: FloatArray
     week_level: FloatArray
     scale: float
+    fresh_at: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    fresh_base: FloatArray = field(default_factory=lambda: np.zeros(0))
+    fresh_week: FloatArray = field(default_factory=lambda: np.zeros(0))
+    fresh_held: npt.NDArray[np.bool_] = field(default_factory=lambda: np.zeros(0, dtype=bool))
 
 
 def direction_of(value: FloatArray, base: FloatArray, week_level: FloatArray) -> IntArray:
@@ -127,10 +138,20 @@ def jump_events(values: npt.ArrayLike, *, smooth: int, base_window: int, week: i
     change[smooth:] = level[smooth:] - level[:-smooth]
     # the threshold: noise scales, and at least 5 % of the level (a 2-GPU wobble of a
     # 200-GPU VC is not a regime change)
-    bar = np.maximum(threshold * scales, 0.05 * np.abs(_rolling_median(y, base_window)))
-    flagged = np.abs(change) > np.maximum(bar, 1e-9)
+    base_level = _rolling_median(y, base_window)
+    bar = np.maximum(np.maximum(threshold * scales, 0.05 * np.abs(base_level)), 1e-9)
+    flagged = np.abs(change) > bar
+    # one point as far from the smoothed level before it as a jump moves it (the median
+    # flags it at the next point if it holds)
+    moved = np.zeros(n, dtype=bool)
+    moved[smooth:] = (np.abs(y[smooth:] - level[smooth - 1:-1]) > bar[smooth:]) & ~flagged[smooth:]
+    fresh_at = np.flatnonzero(moved).astype(np.int64)
+    fresh_base = base_level[fresh_at - 1]
+    fresh_week = (_rolling_median(y, week)[fresh_at - 1] if len(fresh_at) else np.zeros(0))
+    fresh_held = flagged[np.minimum(fresh_at + 1, n - 1)] & (fresh_at + 1 < n)
+    fresh = (fresh_at, fresh_base, fresh_week, fresh_held)
     if not flagged.any():
-        return JumpEvents(empty, empty, np.zeros(0), np.zeros(0), scale)
+        return JumpEvents(empty, empty, np.zeros(0), np.zeros(0), scale, *fresh)
     edges = np.diff(np.concatenate([[0], flagged.astype(np.int8), [0]]))
     starts = np.flatnonzero(edges == 1)
     onset = np.maximum(starts - smooth + 1, 1)
@@ -141,7 +162,8 @@ def jump_events(values: npt.ArrayLike, *, smooth: int, base_window: int, week: i
         bases[i] = float(np.median(y[lo:o])) if o > lo else y[o]
         wlo = max(0, o - week)
         weeks[i] = float(np.median(y[wlo:o])) if o > wlo else bases[i]
-    return JumpEvents(onset.astype(np.int64), starts.astype(np.int64), bases, weeks, scale)
+    return JumpEvents(onset.astype(np.int64), starts.astype(np.int64), bases, weeks, scale,
+                      *fresh)
 
 
 @dataclass(frozen=True)
@@ -160,7 +182,7 @@ class JumpState:
 
 
 def jump_state(events: JumpEvents, history: FloatArray, origins: npt.ArrayLike, *,
-               max_age: int, settle: int = 1) -> JumpState:
+               max_age: int, settle: int = 1, fresh: bool = False) -> JumpState:
     """Age, base and direction of the latest jump flagged before each origin.
 
     A jump counts at origin ``e`` once it was flagged before ``e`` (``first < e``), and its
@@ -169,13 +191,20 @@ def jump_state(events: JumpEvents, history: FloatArray, origins: npt.ArrayLike, 
     value when it was flagged minus its base, left at each of the ``settle`` points before the
     origin) is over: no recent jump. A blip that came and went within the hour otherwise kept a
     series that sat at its old level in the "jump away" regime for a day.
+
+    With ``fresh``, an origin whose last value alone moved as far as a jump does
+    (``events.fresh_at``) is a jump of age 0 from the level before it, in a series whose
+    earlier such moves mostly held (``(held + 1) / (moves + 2) > 1/2``, from the moves before
+    it only): the rolling median would flag it one point later, and until then the last value
+    was a deviation from the old level, which the reversion candidate pulled the forecast
+    back to. A series whose one-point moves are spikes (counts) keeps that reading.
     """
     e = np.asarray(origins, dtype=np.int64)
     age = np.full(len(e), np.nan)
     base = np.full(len(e), np.nan)
     direction = np.full(len(e), -1, dtype=np.int64)
     if len(events.onset) == 0:
-        return JumpState(age, base, direction)
+        return _fresh(events, history, e, JumpState(age, base, direction), fresh)
     j = np.searchsorted(events.first, e, side="left") - 1  # last flagged before e
     ok = j >= 0
     a = np.where(ok, (e - 1) - events.onset[np.maximum(j, 0)], np.inf).astype(np.float64)
@@ -197,6 +226,27 @@ def jump_state(events: JumpEvents, history: FloatArray, origins: npt.ArrayLike, 
     base[ok] = events.base[j[ok]]
     direction[ok] = direction_of(history[e[ok] - 1], events.base[j[ok]],
                                  events.week_level[j[ok]])
+    return _fresh(events, history, e, JumpState(age, base, direction), fresh)
+
+
+def _fresh(events: JumpEvents, history: FloatArray, e: IntArray, state: JumpState,
+           fresh: bool) -> JumpState:
+    """``state`` with the origins right after a fresh move (``events.fresh_at``) in a series
+    whose earlier such moves mostly held at a jump of age 0 (``fresh``; else ``state`` as it
+    is)."""
+    at = events.fresh_at
+    if not fresh or not len(at) or not len(e):
+        return state
+    k = np.minimum(np.searchsorted(at, e - 1), len(at) - 1)
+    # the moves before this one, all decided by the origin (each one point after it)
+    held_before = np.concatenate([[0], np.cumsum(events.fresh_held)])[k]
+    hit = (at[k] == e - 1) & (2 * (held_before + 1) > k + 2)
+    if not hit.any():
+        return state
+    age, base, direction = state.age.copy(), state.base.copy(), state.direction.copy()
+    age[hit] = 0.0
+    base[hit] = events.fresh_base[k[hit]]
+    direction[hit] = direction_of(history[e[hit] - 1], base[hit], events.fresh_week[k[hit]])
     return JumpState(age, base, direction)
 
 

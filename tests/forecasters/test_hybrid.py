@@ -240,11 +240,9 @@ def test_a_move_smaller_than_half_the_series_step_is_no_move() -> None:
     assert small_moves(PrismForecaster(use_rnn=False, use_snap=False).fit(panel)) > 0
 
 
-def test_a_one_off_step_yesterday_is_not_a_cycle_in_a_series_without_one() -> None:
-    # Autoscaled apps that cycle every day, beside apps resized by hand (steps that hold).
-    # One of those went to 56 GPUs yesterday 04:40-09:10 only and has held 28 since. The
-    # cycle candidates would repeat yesterday's step tomorrow morning, with the weights the
-    # panel's cycles earned them; gated, a series without a period has no cycle candidate.
+def _autoscaled_and_manual_apps() -> dict[str, np.ndarray]:
+    """8 apps autoscaled on a daily load (``c/auto<i>``), 3 resized by hand now and then
+    (``c/manual<i>``: steps that hold for days), three weeks at 10 minutes."""
     rng = np.random.default_rng(7)
     n = 144 * 21
     t = np.arange(n)
@@ -262,11 +260,48 @@ def test_a_one_off_step_yesterday_is_not_a_cycle_in_a_series_without_one() -> No
             v[start:start + span] = level
             start += span
             level = max(1, level + int(rng.choice([-1, 1]) * rng.integers(2, 12)))
-        v[-2 * 144:] = 28.0
-        v[-144 - 116:-144 - 89] = 56.0
         values[f"c/manual{i}/gpus_in_use"] = v
-    panel = _panel(values)
+    return values
+
+
+def test_a_step_at_the_last_point_is_a_jump_that_holds() -> None:
+    # Each hand-sized app was resized by +30 GPUs at the very last point. The rolling median
+    # flags a jump one point later; until then the reversion candidate took the new value
+    # for a deviation from the day's median and, with the weight the autoscaled apps'
+    # scale-downs earned it, pulled the forecast back toward the old level. As a jump of
+    # age 0 (``use_fresh_jumps``: the apps' earlier one-point moves held) its reversion
+    # target is the new level, and the hand-sized apps' steps have held.
+    values = _autoscaled_and_manual_apps()
     manual = [f"c/manual{i}/gpus_in_use" for i in range(3)]
+    for sid in manual:
+        values[sid][-1] = values[sid][-2] + 30.0
+    panel = _panel(values)
+
+    def largest_move(model: PrismForecaster) -> float:
+        out = model.fit(panel).predict("1d", ())
+        return max(float(np.abs(out.loc[out["series_id"] == sid, "mean"] - values[sid][-1])
+                         .max()) for sid in manual)
+
+    fresh = PrismForecaster(use_rnn=False, use_fresh_jumps=True)
+    assert largest_move(fresh) == 0.0
+    before = PrismForecaster(use_rnn=False, use_fresh_jumps=False)
+    assert largest_move(before) >= 1.0
+    # the weights are learned as before: only an origin right after such a move changes
+    assert fresh.stacker_ is not None and before.stacker_ is not None
+    np.testing.assert_array_equal(fresh.stacker_.weights_, before.stacker_.weights_)
+
+
+def test_a_one_off_step_yesterday_is_not_a_cycle_in_a_series_without_one() -> None:
+    # Autoscaled apps that cycle every day, beside apps resized by hand (steps that hold).
+    # One of those went to 56 GPUs yesterday 04:40-09:10 only and has held 28 since. The
+    # cycle candidates would repeat yesterday's step tomorrow morning, with the weights the
+    # panel's cycles earned them; gated, a series without a period has no cycle candidate.
+    values = _autoscaled_and_manual_apps()
+    manual = [f"c/manual{i}/gpus_in_use" for i in range(3)]
+    for i in range(3):
+        values[manual[i]][-2 * 144:] = 28.0
+        values[manual[i]][-144 - 116:-144 - 89] = 56.0
+    panel = _panel(values)
 
     def largest_move(model: PrismForecaster) -> float:
         out = model.fit(panel).predict("1d", ())
@@ -291,13 +326,14 @@ def test_a_model_saved_before_the_week_and_the_snap_loads_as_it_was() -> None:
                       + rng.normal(0, 2, 144 * 10))
     model = PrismForecaster(**NO_RNN).fit(_panel({"c/all/gpus_in_use": values}))
     old = pickle.loads(pickle.dumps(model))
-    for name in ("use_week", "use_snap", "use_cycle_gate"):
+    for name in ("use_week", "use_snap", "use_cycle_gate", "use_fresh_jumps"):
         del old.__dict__[name]
     for name in ("quantum", "repeats"):
         del old.state_["c/all/gpus_in_use"].__dict__[name]
     loaded = pickle.loads(pickle.dumps(old))
     assert not any(loaded.get_params()[name] for name in ("use_week", "use_snap",
-                                                          "use_cycle_gate"))
+                                                          "use_cycle_gate",
+                                                          "use_fresh_jumps"))
     assert loaded.state_["c/all/gpus_in_use"].repeats  # the dataclass default
     assert model.get_params()["use_snap"] is True
     unsnapped = PrismForecaster(**NO_RNN, use_snap=False).fit(

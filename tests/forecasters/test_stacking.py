@@ -132,6 +132,38 @@ def test_a_blip_the_series_has_undone_is_no_recent_jump() -> None:
         assert live.direction.tolist() == [AWAY]
 
 
+def test_a_move_one_point_old_is_a_jump_of_age_zero_where_such_moves_held() -> None:
+    # A deployment resized twice (each step held), with one spike that came back at once,
+    # was resized from 156 to 230 at the last point: the rolling median has not moved yet,
+    # so no jump is flagged. With ``fresh`` it is a jump of age 0 away from 156, as two of
+    # the series' three earlier one-point moves held; in a series whose one-point moves were
+    # all spikes it is not.
+    y = np.full(1200, 156.0)
+    y[300:600] = 170.0
+    y[900] = 300.0
+    y[-1] = 230.0
+    kw = {"smooth": 3, "base_window": 36, "week": 1008}
+    events = jump_events(y, **kw)
+    assert events.fresh_at.tolist() == [300, 600, 900, 1199]
+    assert events.fresh_held.tolist() == [True, True, False, False]
+    origins = np.array([1000, 1200])
+    state = jump_state(events, y, origins, max_age=144, fresh=True)
+    assert state.direction.tolist() == [-1, AWAY] and np.isnan(state.age[0])
+    assert state.age[1] == 0.0 and state.base[1] == 156.0
+    assert jump_state(events, y, origins, max_age=144).direction.tolist() == [-1, -1]
+    spiky = np.full(1200, 156.0)
+    spiky[[300, 600, 900]] = 300.0
+    spiky[-1] = 230.0
+    spikes = jump_events(spiky, **kw)
+    assert spikes.fresh_at.tolist() == [300, 600, 900, 1199] and not spikes.fresh_held.any()
+    assert jump_state(spikes, spiky, origins, max_age=144, fresh=True).direction.tolist() == [
+        -1, -1]
+    # one point later the median flags the step: a jump like any other, fresh or not
+    held = np.append(y, 230.0)
+    state = jump_state(jump_events(held, **kw), held, np.array([1201]), max_age=144, fresh=True)
+    assert state.direction.tolist() == [AWAY] and state.base[0] == 156.0
+
+
 def _stacking_data(candidate_is_right: bool, seed: int = 0) -> StackingData:
     rng = np.random.default_rng(seed)
     n, steps = 300, 12
@@ -292,10 +324,11 @@ def test_a_random_walk_among_cycles_never_cycles(monkeypatch: pytest.MonkeyPatch
     real = type(forecaster)._regimes
     stage = "fit"
 
-    def spy(self: Any, history: np.ndarray, ends: np.ndarray, events: Any, season: int) -> Any:
+    def spy(self: Any, history: np.ndarray, ends: np.ndarray, events: Any, season: int,
+            **kwargs: Any) -> Any:
         sid = next(s for s, v in values.items() if np.array_equal(v[:len(history)], history))
         seasons.setdefault((stage, sid), set()).add(season)
-        return real(self, history, ends, events, season)
+        return real(self, history, ends, events, season, **kwargs)
 
     monkeypatch.setattr(type(forecaster), "_regimes", spy)
     forecaster = get_forecaster("prism", **FAST).fit(_panel(values))
