@@ -85,6 +85,7 @@ from prism.primitives.jumps import (
     TOWARD,
     JumpEvents,
     JumpPersistence,
+    JumpState,
     jump_events,
     jump_paths,
     jump_state,
@@ -565,6 +566,14 @@ class PrismForecaster(BaseForecaster):
         present = set(paths)
         return [n for n in order if n in present]
 
+    def _jump_state(self, events: JumpEvents, history: FloatArray, origins: Ends,
+                    fresh: bool | None) -> JumpState:
+        """The latest jump at each origin (``fresh``: a move one point old is one; default
+        ``use_fresh_jumps``), as the regimes and the candidates both read it."""
+        return jump_state(events, history, origins, max_age=self._max_jump_age(),
+                          settle=self._six_hours(),
+                          fresh=self.use_fresh_jumps if fresh is None else fresh)
+
     def _regimes(self, history: FloatArray, origins: Ends, events: JumpEvents,
                  season: int, *, fresh: bool | None = None
                  ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
@@ -576,9 +585,7 @@ class PrismForecaster(BaseForecaster):
                           np.where(cycled(history, origins, season), _CYCLING, _QUIET))
         alternative = regime
         if self.use_jumps:
-            state = jump_state(events, history, origins, max_age=self._max_jump_age(),
-                               settle=self._six_hours(),
-                               fresh=self.use_fresh_jumps if fresh is None else fresh)
+            state = self._jump_state(events, history, origins, fresh)
             away: npt.NDArray[np.int64]
             back: npt.NDArray[np.int64]
             if season >= 2:  # a periodic series (``cycle``; 0 for the others)
@@ -611,9 +618,7 @@ class PrismForecaster(BaseForecaster):
         out: dict[str, FloatArray] = {"naive": np.repeat(last[:, None], steps, axis=1)}
         day = self._steps_of("1d") if self.freq_s_ <= 86400 else 1
         events = events if events is not None else self._events(history)
-        jumps = jump_state(events, history, origins, max_age=self._max_jump_age(),
-                           settle=self._six_hours(),
-                           fresh=self.use_fresh_jumps if fresh is None else fresh)
+        jumps = self._jump_state(events, history, origins, fresh)
         # the reversion target: the median since the latest jump (a level the series has
         # left is never the target), at most a day back
         since = np.where(np.isfinite(jumps.age), jumps.age + 1, day).astype(np.int64)
