@@ -79,7 +79,7 @@ from prism.forecasters.paths import (
     sinusoid_sum,
     still,
 )
-from prism.forecasters.stacking import NaiveAnchoredStacker, StackingData
+from prism.forecasters.stacking import FLOOR_ONE_STEP, NaiveAnchoredStacker, StackingData
 from prism.primitives.decompose import learn_dictionary
 from prism.primitives.jumps import (
     TOWARD,
@@ -214,13 +214,12 @@ class PrismForecaster(BaseForecaster):
             later) is a jump of age 0 from the level before it
             (:func:`~prism.primitives.jumps.jump_state`): the forecast takes the weights of
             its jump's regime, and the reversion candidate's target is the new level, not the
-            day's median it left. The stacker's weights are learned as without it, so only
-            forecasts from such origins change. Without it, an app resized at the last point
-            before the cutoff was pulled back toward its old size by the weight the reversion
-            earned on the panel's scale-downs. Off by default: it removes that catastrophe
-            from the generated hand-sized apps (6 h ahead 1.259 -> 1.000 of the last value's
-            MAE) but gains nothing on the accuracy benchmark (paired ratios 0.996-1.004 on
-            both weeks, deployments at 6 h 0.997 / 0.998 of PRISM's MAE without it; see the
+            day's median it left; the stacker's weights are learned as without it. Off by
+            default: it gains nothing on the accuracy benchmark (see the README).
+        use_short_floor: the stacker's loss unit of a horizon block of few steps (an hourly
+            series an hour ahead) is floored at a larger share of the series' mean error
+            (:data:`~prism.forecasters.stacking.FLOOR_ONE_STEP`); without it, windows where
+            the last value was right by chance shrink every weight towards it (see the
             README).
         combiner: ``"stacked"`` (meta-learner across the panel, the last value as prior) or
             ``"recent"`` (per-series weights from the last ``combiner_window``).
@@ -258,6 +257,7 @@ class PrismForecaster(BaseForecaster):
         use_snap: bool = True,
         use_cycle_gate: bool = True,
         use_fresh_jumps: bool = False,
+        use_short_floor: bool = True,
         combiner: str = "stacked",
         stack_window: str = "4d",
         combiner_window: str = "4d",
@@ -284,6 +284,7 @@ class PrismForecaster(BaseForecaster):
         self.use_snap = use_snap
         self.use_cycle_gate = use_cycle_gate
         self.use_fresh_jumps = use_fresh_jumps
+        self.use_short_floor = use_short_floor
         self.combiner = combiner
         self.stack_window = stack_window
         self.combiner_window = combiner_window
@@ -300,7 +301,7 @@ class PrismForecaster(BaseForecaster):
     #: values, which say what it does (it was fitted without them).
     _ADDED_PARAMS: dict[str, Any] = {"use_redirect": False, "use_week": False,
                                      "use_snap": False, "use_cycle_gate": False,
-                                     "use_fresh_jumps": False}
+                                     "use_fresh_jumps": False, "use_short_floor": False}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update({**self._ADDED_PARAMS, **state})
@@ -528,7 +529,8 @@ class PrismForecaster(BaseForecaster):
             levels.append(np.abs(last))
         stacker = NaiveAnchoredStacker(edges=self._block_edges(steps), n_regimes=_N_REGIMES,
                                        parents=_PARENTS, redirect_after=self._six_hours(),
-                                       random_state=self.random_state)
+                                       floor_one_step=FLOOR_ONE_STEP if self.use_short_floor
+                                       else 0.0, random_state=self.random_state)
         if not deltas:
             logger.info("no stacking origins: PRISM forecasts the last value")
             n = len(self._stack_names(self._candidate_names()))

@@ -326,14 +326,13 @@ def test_a_model_saved_before_the_week_and_the_snap_loads_as_it_was() -> None:
                       + rng.normal(0, 2, 144 * 10))
     model = PrismForecaster(**NO_RNN).fit(_panel({"c/all/gpus_in_use": values}))
     old = pickle.loads(pickle.dumps(model))
-    for name in ("use_week", "use_snap", "use_cycle_gate", "use_fresh_jumps"):
+    added = ("use_week", "use_snap", "use_cycle_gate", "use_fresh_jumps", "use_short_floor")
+    for name in added:
         del old.__dict__[name]
     for name in ("quantum", "repeats"):
         del old.state_["c/all/gpus_in_use"].__dict__[name]
     loaded = pickle.loads(pickle.dumps(old))
-    assert not any(loaded.get_params()[name] for name in ("use_week", "use_snap",
-                                                          "use_cycle_gate",
-                                                          "use_fresh_jumps"))
+    assert not any(loaded.get_params()[name] for name in added)
     assert loaded.state_["c/all/gpus_in_use"].repeats  # the dataclass default
     assert model.get_params()["use_snap"] is True
     unsnapped = PrismForecaster(**NO_RNN, use_snap=False).fit(
