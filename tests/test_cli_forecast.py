@@ -169,3 +169,46 @@ def test_forecast_the_series_of_a_cluster(tmp_path: Path,
         capsys.readouterr().err)
     assert main([*argv, "--all", "--cluster", "lab"]) == 1
     assert "drop it" in capsys.readouterr().err
+
+
+def test_backtest_a_variant_beside_the_default_under_its_own_label(
+    tmp_path: Path, store: tuple[str, pd.DataFrame], capsys: pytest.CaptureFixture[str]
+) -> None:
+    db, _ = store
+    out = tmp_path / "bt.csv"
+    assert main(["--db", db, "backtest", "--models", "seasonal_naive,halfday=seasonal_naive",
+                 "--param", "halfday.season=12h", "--series", SID, "--horizon", "6h",
+                 "--windows", "3", "--summary", "--output", str(out), "-q"]) == 0
+    assert "halfday" in capsys.readouterr().out
+    frame = pd.read_csv(out)
+    assert set(frame["model"]) == {"seasonal_naive", "halfday"}
+    # a half-day season on a daily sine forecasts the cycle upside down: the parameter took
+    errors = (frame["mean"] - frame["value"]).abs().groupby(frame["model"]).mean()
+    assert errors["halfday"] > 3 * errors["seasonal_naive"]
+    # one model: the parameter needs no label
+    assert main(["--db", db, "backtest", "--models", "seasonal_naive", "--param", "season=12h",
+                 "--series", SID, "--horizon", "6h", "--windows", "3", "--output", str(out),
+                 "-q"]) == 0
+    alone = pd.read_csv(out)
+    np.testing.assert_allclose(alone["mean"], frame.loc[frame["model"] == "halfday", "mean"])
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["--models", "naive,seasonal_naive", "--param", "season=12h"],
+     "say whose, e.g. --param naive.season=12h"),
+    (["--models", "naive,seasonal_naive", "--param", "weekly.season=1w"],
+     "no model labelled 'weekly' in --models (naive, seasonal_naive)"),
+    (["--models", "naive,naive"], "--models names 'naive' twice"),
+    (["--models", "naive,fast=prophet"], "unknown model 'prophet'"),
+    (["--models", "naive", "--param", "naive.seasn=1d"], "naive has no parameter 'seasn'"),
+    (["--models", "seasonal_naive,a.b=seasonal_naive"], "a label is letters, digits"),
+    (["--models", "naive,last=naive", "--workers", "2"], "a batch labels each run by its"),
+])
+def test_backtest_names_the_bad_model_or_parameter(
+    tmp_path: Path, store: tuple[str, pd.DataFrame], capsys: pytest.CaptureFixture[str],
+    argv: list[str], says: str,
+) -> None:
+    db, _ = store
+    assert main(["--db", db, "backtest", *argv, "--series", SID, "--horizon", "6h",
+                 "--windows", "2", "--summary", "-q"]) == 1
+    assert says in capsys.readouterr().err

@@ -221,7 +221,7 @@ def _batch_mode(args: argparse.Namespace) -> bool:
 
 
 def _run_batch(args: argparse.Namespace, store: Store, task: str, models: list[str],
-               series: list[str] | None) -> BatchJob:
+               series: list[str] | None, params: dict[str, str] | None = None) -> BatchJob:
     from prism.usecases.batch import run_batch_job
 
     if args.output == STDOUT or getattr(args, "format", None):
@@ -231,7 +231,9 @@ def _run_batch(args: argparse.Namespace, store: Store, task: str, models: list[s
     with _progress(not args.quiet, eta=True) as progress:
         result = run_batch_job(
             store, series, models=models, task=task,
-            params=_pairs(getattr(args, "param", None), "--param"), horizon=args.horizon,
+            params=params if params is not None else _pairs(getattr(args, "param", None),
+                                                            "--param"),
+            horizon=args.horizon,
             quantiles=_quantiles(args.quantiles), windows=getattr(args, "windows", 1),
             step=getattr(args, "step", None), backend=args.backend or "local",
             workers=args.workers, ray_address=args.ray_address, budget_s=args.budget,
@@ -320,15 +322,19 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
                           "--planning for the planning backtest, or several")
     check_output(args.output, args.format)
     models = [m.strip() for m in args.models.split(",") if m.strip()]
-    if not models:
-        raise ConfigError("--models is empty; name models, e.g. --models prism,seasonal_naive")
+    params = _pairs(args.param, "--param")
+    specs = evaluation_uc.model_specs(models, params)  # checked before the store is opened
     series = None if args.all else args.series
     quantiles = _quantiles(args.quantiles)
     with usecases.open_store(args.db, must_exist=True) as store:
         if _batch_mode(args):
             if args.refit != "always":
                 raise ConfigError("a batch backtest refits at every cutoff; drop --refit")
-            job = _run_batch(args, store, "backtest", models, series)
+            if any(s.label != s.alias for s in specs):
+                raise ConfigError("a batch labels each run by its model's alias: backtest "
+                                  "LABEL=ALIAS variants without --backend/--workers/--budget")
+            job = _run_batch(args, store, "backtest", models, series,
+                             params={k: v for s in specs for k, v in s.params.items()})
             if not args.summary and not args.planning:
                 return 0
             done = evaluation_uc.batch_backtest(store, job.run_ids)
@@ -338,7 +344,7 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
             with _progress(not args.quiet) as progress:
                 done = evaluation_uc.backtest_series(
                     store, series, models=models, horizon=args.horizon, windows=args.windows,
-                    step=args.step, quantiles=quantiles, refit=refit,
+                    step=args.step, quantiles=quantiles, refit=refit, params=params,
                     progress=(lambda n, total: progress("backtest", n, total)) if progress
                     else None,
                 )

@@ -211,7 +211,12 @@ def build_parser() -> argparse.ArgumentParser:
                    output=None, format=None)
 
     p = sub.add_parser("backtest", help="rolling-origin backtest of models on stored series")
-    p.add_argument("--models", default="prism,seasonal_naive", help="comma-separated aliases")
+    p.add_argument("--models", default="prism,seasonal_naive",
+                   help="comma-separated aliases; LABEL=ALIAS runs a variant under its own "
+                   "label, e.g. prism,nofloor=prism --param nofloor.use_short_floor=false")
+    p.add_argument("--param", action="append", metavar="[LABEL.]NAME=VALUE",
+                   help="a model's hyperparameter, e.g. --param prism.use_rnn=true "
+                   "(repeatable; NAME=VALUE where one model is named)")
     p.add_argument("--series", action="append", help="a series id (repeatable)")
     p.add_argument("--all", action="store_true", help="every series (too short ones skipped)")
     p.add_argument("--horizon", default="1d", help="a duration or a number of steps")

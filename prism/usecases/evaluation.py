@@ -9,19 +9,90 @@ provisioned level per series and block) and saves both for ``prism report``.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 import pandas as pd
 
 from prism.errors import ConfigError
+from prism.forecasters.params import typed_params
 from prism.schema import SERIES_ID, split_series_id
 from prism.usecases.capacity import ALLOCATED, capacities_at
 from prism.usecases.series import load_panel
 
 if TYPE_CHECKING:
+    from prism.forecasters import BaseForecaster
     from prism.store import Store
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One model of a backtest: the label its rows carry, its alias and its hyperparameters.
+
+    Attributes:
+        label: the name in the backtest's ``model`` column (the alias unless relabelled).
+        alias: the forecaster alias (``prism models aliases``).
+        params: its hyperparameters as text (``use_short_floor=false``).
+    """
+
+    label: str
+    alias: str
+    params: dict[str, str]
+
+    def forecaster(self) -> BaseForecaster:
+        """A new forecaster of this spec (parameters typed as their defaults)."""
+        from prism.forecasters import get_forecaster
+
+        return get_forecaster(self.alias, **typed_params(self.alias, self.params))
+
+
+def model_specs(models: Sequence[str], params: Mapping[str, str] | None = None
+                ) -> list[ModelSpec]:
+    """The models of ``prism backtest --models ... --param ...``.
+
+    A model is an alias (``prism``) or ``LABEL=ALIAS`` (``nofloor=prism``: PRISM under the
+    label ``nofloor``), so that a variant runs beside the default on the same cutoffs. A
+    parameter is ``LABEL.NAME`` (``nofloor.use_short_floor``), or ``NAME`` where one model is
+    named.
+
+    Raises:
+        ConfigError: for no model, a label named twice or not of the letters, digits, ``_``
+            and ``-``, a parameter of no model named, one without a label among several
+            models, an unknown alias or parameter, or a value not of the parameter's type.
+    """
+    from prism.forecasters import FORECASTERS
+
+    if not models:
+        raise ConfigError("--models is empty; name models, e.g. --models prism,seasonal_naive")
+    specs: dict[str, ModelSpec] = {}
+    for item in models:
+        label, sep, alias = (part.strip() for part in item.partition("="))
+        alias = alias if sep else label
+        if not label.replace("_", "").replace("-", "").isalnum():
+            raise ConfigError(f"--models {item!r}: a label is letters, digits, '_' and '-', "
+                              "e.g. --models prism,nofloor=prism")
+        if alias not in FORECASTERS:
+            raise ConfigError(f"--models {item!r}: unknown model {alias!r}; use one of: "
+                              f"{', '.join(sorted(FORECASTERS))} (or LABEL=ALIAS)")
+        if label in specs:
+            raise ConfigError(f"--models names {label!r} twice; give a variant its own label, "
+                              f"e.g. --models {label},{label}2={alias}")
+        specs[label] = ModelSpec(label, alias, {})
+    for key, value in (params or {}).items():
+        label, dot, name = key.rpartition(".")
+        if not dot:
+            if len(specs) > 1:
+                raise ConfigError(f"--param {key}={value}: with several models, say whose, "
+                                  f"e.g. --param {next(iter(specs))}.{key}={value}")
+            label = next(iter(specs))
+        if label not in specs:
+            raise ConfigError(f"--param {key}={value}: no model labelled {label!r} in --models "
+                              f"({', '.join(specs)})")
+        specs[label].params[name] = value
+    for spec in specs.values():
+        typed_params(spec.alias, spec.params)  # an unknown name or a bad value fails here
+    return list(specs.values())
 
 
 @dataclass(frozen=True)
@@ -31,12 +102,15 @@ class Backtest:
     Attributes:
         frame: the backtest forecasts (``series_id, cutoff, ts, model, mean, p.., value``).
         panel: the stored panel of its series.
-        models: the models backtested (aliases, in the order they were named).
+        models: the models backtested (their labels, in the order they were named).
+        variants: per label relabelled or given parameters, its alias (``model``) and
+            parameters as text, as the scores keep them.
     """
 
     frame: pd.DataFrame
     panel: pd.DataFrame
     models: tuple[str, ...]
+    variants: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 def backtest_series(
@@ -49,6 +123,7 @@ def backtest_series(
     step: str | None = None,
     quantiles: Sequence[float] = (0.05, 0.5, 0.9, 0.95, 0.99),
     refit: int | Literal["always"] = "always",
+    params: Mapping[str, str] | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> Backtest:
     """Rolling-origin backtest of models on stored series, in memory
@@ -57,27 +132,29 @@ def backtest_series(
     Args:
         store: the store.
         series_ids: the series; all when ``None`` (those too short are then skipped).
-        models: forecaster aliases.
+        models: forecaster aliases, or ``LABEL=ALIAS`` (:func:`model_specs`).
         horizon / windows / step / quantiles / refit: as
             :func:`prism.evaluation.backtest.backtest`.
+        params: hyperparameters as text, ``LABEL.NAME`` (or ``NAME`` with one model).
         progress: called as ``progress(done, total)``.
 
     Raises:
-        ConfigError: for no or an unknown model, or a bad horizon, step or quantile.
+        ConfigError: for no or an unknown model or parameter (:func:`model_specs`), or a bad
+            horizon, step or quantile.
         SeriesNotFound: for an unknown series.
         DataContractError: for a named series too short for the windows.
     """
     from prism.evaluation.backtest import backtest
-    from prism.forecasters import get_forecaster
 
-    if not models:
-        raise ConfigError("--models is empty; name models, e.g. --models prism,seasonal_naive")
-    forecasters = {m: get_forecaster(m) for m in models}
+    specs = model_specs(models, params)
+    forecasters = {spec.label: spec.forecaster() for spec in specs}
     panel = load_panel(store, series_ids)
     frame = backtest(forecasters, panel, horizon=horizon, windows=windows, step=step,
                      quantiles=quantiles, refit=refit,
                      on_short="skip" if series_ids is None else "raise", progress=progress)
-    return Backtest(frame, panel, tuple(models))
+    variants = {s.label: {"model": s.alias, **s.params} for s in specs
+                if s.params or s.label != s.alias}
+    return Backtest(frame, panel, tuple(forecasters), variants)
 
 
 def batch_backtest(store: Store, run_ids: Sequence[str]) -> Backtest:
@@ -143,6 +220,8 @@ def score_backtest(
         table = summary(backtest.frame, backtest.panel)
         params = {"models": ",".join(backtest.models), "horizon": horizon, "windows": windows,
                   "series": int(backtest.frame[SERIES_ID].nunique())}
+        if backtest.variants:
+            params["variants"] = backtest.variants
         run_id = store.save_evaluation("accuracy", table, json.dumps(params, default=str))
     plans, plans_id = None, None
     if planning:
