@@ -73,12 +73,14 @@ from prism.errors import ConfigError, DataContractError
 from prism.forecasters.base import BaseForecaster, FloatArray
 from prism.forecasters.paths import (
     cycled,
+    primitive_paths,
     profile_paths,
     repeat_last,
     series_quantum,
     sinusoid_sum,
     still,
 )
+from prism.forecasters.recent import recent_weights
 from prism.forecasters.stacking import FLOOR_ONE_STEP, NaiveAnchoredStacker, StackingData
 from prism.primitives.decompose import learn_dictionary
 from prism.primitives.jumps import (
@@ -643,7 +645,8 @@ class PrismForecaster(BaseForecaster):
         if self.use_jumps and state.jumps is not None:
             out["jump"] = jump_paths(history, origins, steps, jumps, state.jumps, self.freq_s_)
         if self.dictionary_ is not None:
-            prim, prim_end = self._primitive_paths(history, origins, steps, state.floor)
+            prim, prim_end = primitive_paths(self.dictionary_, history, origins, steps,
+                                             state.floor)
             # anchored at the last value: the shape's change from the origin on (anchored at
             # the window's mean, as encoded, it scored 40 % worse on Helios)
             out["primitives"] = last[:, None] + prim - prim_end[:, None]
@@ -656,33 +659,6 @@ class PrismForecaster(BaseForecaster):
         if self.gbm_ is not None:
             out["gbm"] = self._gbm_paths(series_id, history, origins, steps)
         return out
-
-    def _primitive_paths(self, history: FloatArray, origins: Ends, steps: int,
-                         floor: float) -> tuple[FloatArray, FloatArray]:
-        """Atoms' continuation of each lookback window, and its value at the origin."""
-        d = self.dictionary_
-        assert d is not None
-        lb = d.lookback
-        paths = np.full((len(origins), steps), np.nan)
-        at_end = np.full(len(origins), np.nan)
-        ok = origins >= lb
-        if not ok.any():
-            return paths, at_end
-        windows = np.stack([history[e - lb:e] for e in origins[ok]])
-        codes = d.encode(windows, part="lookback", min_scale=floor)
-        at_end[ok] = d.reconstruct(codes, part="lookback")[:, -1]
-        chunks = []
-        done = 0
-        while done < steps:  # beyond the atoms' horizon: encode the path so far again
-            future = d.reconstruct(codes, part="horizon") if d.horizon else (
-                np.repeat(windows[:, -1:], 1, axis=1))
-            chunks.append(future)
-            done += future.shape[1]
-            if done < steps:
-                windows = np.concatenate([windows, future], axis=1)[:, -lb:]
-                codes = d.encode(windows, part="lookback", min_scale=floor)
-        paths[ok] = np.concatenate(chunks, axis=1)[:, :steps]
-        return paths, at_end
 
     def _rnn_paths(self, series_id: str, history: FloatArray, origins: Ends,
                    steps: int) -> FloatArray:
@@ -749,47 +725,8 @@ class PrismForecaster(BaseForecaster):
 
     def _weights(self, errors: FloatArray, origins: Ends, ends: Ends,
                  edges: list[int]) -> FloatArray:
-        """``(ends, candidates, steps)`` combination weights at each origin of ``ends``.
-
-        ``errors`` is ``(candidates, origins, steps)``: the absolute error of each candidate's
-        forecast from each origin at each step (NaN where a candidate has none). At an end
-        ``e`` the forecasts from the origins in ``[e - combiner_window, e)`` are scored on the
-        steps that happened before ``e`` (the first ``e - o`` steps of origin ``o``): one
-        block's sums come from cumulative sums over the steps, for every end at once.
-        """
-        n_cand, n_orig, steps = errors.shape
-        gaps = np.isnan(errors)
-        sums = np.zeros((n_cand, n_orig, steps + 1))
-        np.cumsum(np.where(gaps, 0.0, errors), axis=2, out=sums[:, :, 1:])
-        holes = np.zeros((n_cand, n_orig, steps + 1), dtype=np.int64)
-        np.cumsum(gaps, axis=2, out=holes[:, :, 1:])
-        lag = ends[:, None] - origins[None, :]  # (E, O)
-        inside = (lag > 0) & (lag <= self.combiner_steps_)
-        seen = np.where(inside, np.minimum(lag, steps), 0)  # steps of o scored at e
-        o_index = np.arange(n_orig)[None, :]
-        weights = np.full((len(ends), n_cand, steps), 1.0 / n_cand)
-        previous = np.full((len(ends), n_cand), np.nan)  # the last block's weights, per end
-        lo = 0
-        for hi in edges:
-            stop = np.clip(seen, lo, hi)  # (E, O): steps lo..stop-1 of o are scored
-            count = (stop - lo).sum(axis=1)  # (E,)
-            total = (sums[:, o_index, stop] - sums[:, o_index, lo]).sum(axis=2)
-            missing = (holes[:, o_index, stop] - holes[:, o_index, lo]).sum(axis=2)
-            with np.errstate(invalid="ignore", divide="ignore"):
-                mae = np.where(missing > 0, np.nan, total / np.maximum(count, 1)).T  # (E, C)
-            finite = np.isfinite(mae) & (count > 0)[:, None]
-            scored = finite.any(axis=1)
-            best = np.min(np.where(finite, mae, np.inf), axis=1, keepdims=True)
-            if hi <= self.combiner_trim_steps_ and np.isfinite(self.combiner_trim):
-                finite &= np.where(finite, mae, np.inf) <= self.combiner_trim * best
-            positive = best > 0
-            with np.errstate(divide="ignore", invalid="ignore"):
-                ratio = np.where(finite, mae, 1.0) / np.where(positive, best, 1.0)
-                w = np.where(positive, np.where(finite, ratio ** -self.combiner_power, 0.0),
-                             (finite & (np.where(finite, mae, 1.0) == 0)).astype(np.float64))
-            w = w / np.where(scored, w.sum(axis=1), 1.0)[:, None]
-            previous = np.where(scored[:, None], w, previous)
-            known = np.isfinite(previous[:, 0])
-            weights[known, :, lo:hi] = previous[known][:, :, None]
-            lo = hi
-        return weights
+        """``(ends, candidates, steps)`` weights of the "recent" combiner at each end
+        (:func:`~prism.forecasters.recent.recent_weights`)."""
+        return recent_weights(errors, origins, ends, edges, window=self.combiner_steps_,
+                              power=self.combiner_power, trim=self.combiner_trim,
+                              trim_steps=self.combiner_trim_steps_)

@@ -2,14 +2,20 @@
 
 Plain array functions of one series' history (:mod:`prism.forecasters.hybrid` builds its
 candidates and regimes from them): the last season repeated, the week's mean cycle, sinusoids,
-whether an origin held still or cycled, and the step a series' values move in.
+the primitives' continuation of each lookback window, whether an origin held still or cycled,
+and the step a series' values move in.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
+
+if TYPE_CHECKING:
+    from prism.primitives.dictionary import PrimitiveDictionary
 
 FloatArray = npt.NDArray[np.float64]
 Ends = npt.NDArray[np.int64]
@@ -103,3 +109,30 @@ def sinusoid_sum(terms: tuple[FloatArray, FloatArray, FloatArray], t: FloatArray
         out += a * np.cos(2.0 * np.pi * f * t + p)
     return out
 
+
+def primitive_paths(d: PrimitiveDictionary, history: FloatArray, origins: Ends, steps: int,
+                    floor: float) -> tuple[FloatArray, FloatArray]:
+    """The atoms' continuation of each lookback window of ``history`` (``(len(origins),
+    steps)``, NaN before the first full window), and the window's value at the origin, as
+    the dictionary rebuilds it; ``floor`` is the least scale a window is normalised by."""
+    lb = d.lookback
+    paths = np.full((len(origins), steps), np.nan)
+    at_end = np.full(len(origins), np.nan)
+    ok = origins >= lb
+    if not ok.any():
+        return paths, at_end
+    windows = np.stack([history[e - lb:e] for e in origins[ok]])
+    codes = d.encode(windows, part="lookback", min_scale=floor)
+    at_end[ok] = d.reconstruct(codes, part="lookback")[:, -1]
+    chunks = []
+    done = 0
+    while done < steps:  # beyond the atoms' horizon: encode the path so far again
+        future = d.reconstruct(codes, part="horizon") if d.horizon else (
+            np.repeat(windows[:, -1:], 1, axis=1))
+        chunks.append(future)
+        done += future.shape[1]
+        if done < steps:
+            windows = np.concatenate([windows, future], axis=1)[:, -lb:]
+            codes = d.encode(windows, part="lookback", min_scale=floor)
+    paths[ok] = np.concatenate(chunks, axis=1)[:, :steps]
+    return paths, at_end
