@@ -105,6 +105,9 @@ logger = logging.getLogger(__name__)
 Ends = npt.NDArray[np.int64]
 #: Upper edges of the combiner's blocks of horizon steps, as durations.
 _BLOCKS = ("1h", "3h", "6h", "12h", "1d", "2d")
+#: ``use_fresh_jumps``: a one-point move is a jump only from a value that held exactly still
+#: this long (at least two points) before it.
+_FRESH_HOLD = "1h"
 #: At most this many combiner origins inside ``combiner_window`` (the "recent" combiner).
 _COMBINER_ORIGINS = 48
 #: Stacking origins per series (spread over its ``stack_window``): at least this many...
@@ -213,7 +216,8 @@ class PrismForecaster(BaseForecaster):
             other panels within their intervals of 1; see the README).
         use_fresh_jumps: in a series whose earlier one-point moves mostly held, a last value
             that alone moved as far as a jump does (the rolling median flags a jump one point
-            later) is a jump of age 0 from the level before it
+            later), from a value that held exactly still for the hour before (``_FRESH_HOLD``:
+            an app resized by hand, not a busy VC), is a jump of age 0 from the level before it
             (:func:`~prism.primitives.jumps.jump_state`): the forecast takes the weights of
             its jump's regime, and the reversion candidate's target is the new level, not the
             day's median it left; the stacker's weights are learned as without it. Off by
@@ -576,7 +580,9 @@ class PrismForecaster(BaseForecaster):
         ``use_fresh_jumps``), as the regimes and the candidates both read it."""
         return jump_state(events, history, origins, max_age=self._max_jump_age(),
                           settle=self._six_hours(),
-                          fresh=self.use_fresh_jumps if fresh is None else fresh)
+                          fresh=self.use_fresh_jumps if fresh is None else fresh,
+                          hold=max(2, self._steps_of(_FRESH_HOLD) if self.freq_s_ <= 3600
+                                   else 0))
 
     def _regimes(self, history: FloatArray, origins: Ends, events: JumpEvents,
                  season: int, *, fresh: bool | None = None

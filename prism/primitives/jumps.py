@@ -182,7 +182,8 @@ class JumpState:
 
 
 def jump_state(events: JumpEvents, history: FloatArray, origins: npt.ArrayLike, *,
-               max_age: int, settle: int = 1, fresh: bool = False) -> JumpState:
+               max_age: int, settle: int = 1, fresh: bool = False, hold: int = 0
+               ) -> JumpState:
     """Age, base and direction of the latest jump flagged before each origin.
 
     A jump counts at origin ``e`` once it was flagged before ``e`` (``first < e``), and its
@@ -197,14 +198,16 @@ def jump_state(events: JumpEvents, history: FloatArray, origins: npt.ArrayLike, 
     earlier such moves mostly held (``(held + 1) / (moves + 2) > 1/2``, from the moves before
     it only): the rolling median would flag it one point later, and until then the last value
     was a deviation from the old level, which the reversion candidate pulled the forecast
-    back to. A series whose one-point moves are spikes (counts) keeps that reading.
+    back to. A series whose one-point moves are spikes (counts) keeps that reading. With
+    ``hold``, only a move from a value that held exactly still over the ``hold`` points before
+    it is one (an app resized by hand, not a busy VC or cluster that moves every step).
     """
     e = np.asarray(origins, dtype=np.int64)
     age = np.full(len(e), np.nan)
     base = np.full(len(e), np.nan)
     direction = np.full(len(e), -1, dtype=np.int64)
     if len(events.onset) == 0:
-        return _fresh(events, history, e, JumpState(age, base, direction), fresh)
+        return _fresh(events, history, e, JumpState(age, base, direction), fresh, hold)
     j = np.searchsorted(events.first, e, side="left") - 1  # last flagged before e
     ok = j >= 0
     a = np.where(ok, (e - 1) - events.onset[np.maximum(j, 0)], np.inf).astype(np.float64)
@@ -226,13 +229,14 @@ def jump_state(events: JumpEvents, history: FloatArray, origins: npt.ArrayLike, 
     base[ok] = events.base[j[ok]]
     direction[ok] = direction_of(history[e[ok] - 1], events.base[j[ok]],
                                  events.week_level[j[ok]])
-    return _fresh(events, history, e, JumpState(age, base, direction), fresh)
+    return _fresh(events, history, e, JumpState(age, base, direction), fresh, hold)
 
 
 def _fresh(events: JumpEvents, history: FloatArray, e: IntArray, state: JumpState,
-           fresh: bool) -> JumpState:
+           fresh: bool, hold: int = 0) -> JumpState:
     """``state`` with the origins right after a fresh move (``events.fresh_at``) in a series
-    whose earlier such moves mostly held at a jump of age 0 (``fresh``; else ``state`` as it
+    whose earlier such moves mostly held (and, with ``hold``, from a value still over the
+    ``hold`` points before the move) at a jump of age 0 (``fresh``; else ``state`` as it
     is)."""
     at = events.fresh_at
     if not fresh or not len(at) or not len(e):
@@ -241,6 +245,12 @@ def _fresh(events: JumpEvents, history: FloatArray, e: IntArray, state: JumpStat
     # the moves before this one, all decided by the origin (each one point after it)
     held_before = np.concatenate([[0], np.cumsum(events.fresh_held)])[k]
     hit = (at[k] == e - 1) & (2 * (held_before + 1) > k + 2)
+    if hold > 0 and hit.any():
+        move = e[hit] - 1  # the point that moved; the ``hold`` before it held still
+        window = pd.Series(history).rolling(hold, min_periods=hold)
+        top, bottom = window.max().to_numpy(), window.min().to_numpy()
+        before = np.maximum(move - 1, 0)
+        hit[hit] = (move >= hold) & (top[before] == bottom[before])
     if not hit.any():
         return state
     age, base, direction = state.age.copy(), state.base.copy(), state.direction.copy()

@@ -158,6 +158,18 @@ def test_a_move_one_point_old_is_a_jump_of_age_zero_where_such_moves_held() -> N
     assert spikes.fresh_at.tolist() == [300, 600, 900, 1199] and not spikes.fresh_held.any()
     assert jump_state(spikes, spiky, origins, max_age=144, fresh=True).direction.tolist() == [
         -1, -1]
+    # with ``hold``, only a move from a value that held still: the app had held 156 for the
+    # 6 points before (a wobble 7 points before does not count); the same move with a wobble
+    # among those 6 is no jump
+    assert jump_state(events, y, origins, max_age=144, fresh=True, hold=6).age[1] == 0.0
+    wobbled = y.copy()
+    wobbled[-8] = 157.0
+    moved = jump_events(wobbled, **kw)
+    assert jump_state(moved, wobbled, origins, max_age=144, fresh=True, hold=6).age[1] == 0.0
+    wobbled[-7] = 157.0
+    moved = jump_events(wobbled, **kw)
+    assert np.isnan(jump_state(moved, wobbled, origins, max_age=144, fresh=True,
+                               hold=6).age[1])
     # one point later the median flags the step: a jump like any other, fresh or not
     held = np.append(y, 230.0)
     state = jump_state(jump_events(held, **kw), held, np.array([1201]), max_age=144, fresh=True)
