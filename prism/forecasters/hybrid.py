@@ -217,7 +217,8 @@ class PrismForecaster(BaseForecaster):
         use_fresh_jumps: in a series whose earlier one-point moves mostly held, a last value
             that alone moved as far as a jump does (the rolling median flags a jump one point
             later), from a value that held exactly still for the hour before (``_FRESH_HOLD``:
-            an app resized by hand, not a busy VC), is a jump of age 0 from the level before it
+            an app resized by hand, not a busy VC), in a series without a cycle (not one
+            scaled up every morning), is a jump of age 0 from the level before it
             (:func:`~prism.primitives.jumps.jump_state`): the forecast takes the weights of
             its jump's regime, and the reversion candidate's target is the new level, not the
             day's median it left; the stacker's weights are learned as without it. Off by
@@ -689,11 +690,16 @@ class PrismForecaster(BaseForecaster):
                        steps: int) -> FloatArray:
         if self.stacker_ is not None:
             events = self._events(history)
-            paths = self._candidates(series_id, history, ends, steps, events=events)
+            state = self.state_[series_id]
+            # a fresh move is a step of a series without a cycle (an autoscaler's cycles
+            # move at once and come back)
+            fresh = self.use_fresh_jumps and not (state.periodic or state.repeats)
+            paths = self._candidates(series_id, history, ends, steps, events=events,
+                                     fresh=fresh)
             last = history[ends - 1]
             deltas = np.stack([paths[n] - last[:, None] for n in self._stack_names(paths)])
-            regimes, alternative = self._regimes(history, ends, events,
-                                                 self.state_[series_id].cycle)
+            regimes, alternative = self._regimes(history, ends, events, state.cycle,
+                                                 fresh=fresh)
             # a model saved before a regime was split has its parent's weights for it
             known = self.stacker_.weights_.shape[1]
             regimes = np.where(regimes < known, regimes, np.asarray(_PARENTS)[regimes])

@@ -271,14 +271,24 @@ def test_a_step_at_the_last_point_is_a_jump_that_holds() -> None:
     # scale-downs earned it, pulled the forecast back toward the old level. As a jump of
     # age 0 (``use_fresh_jumps``: the apps' earlier one-point moves held) its reversion
     # target is the new level, and the hand-sized apps' steps have held.
+    # A service scaled up every morning steps as a hand-sized app does, but its step is one of
+    # its cycle's: in a series with a cycle a fresh move is read as before.
     values = _autoscaled_and_manual_apps()
     manual = [f"c/manual{i}/gpus_in_use" for i in range(3)]
     for sid in manual:
         values[sid][-1] = values[sid][-2] + 30.0
+    # two services scaled up at 08:00 and down at 20:00 every day, the last point 08:00
+    n = len(values[manual[0]])
+    tod = (np.arange(n) - (n - 1) + 48) % 144
+    shifts = [f"c/shift{i}/gpus_in_use" for i in range(2)]
+    for i, sid in enumerate(shifts):
+        values[sid] = np.where((tod >= 48) & (tod < 120), 40.0 + 8 * i, 16.0)
     panel = _panel(values)
+    forecasts = {}
 
     def largest_move(model: PrismForecaster) -> float:
         out = model.fit(panel).predict("1d", ())
+        forecasts[model.use_fresh_jumps] = out
         return max(float(np.abs(out.loc[out["series_id"] == sid, "mean"] - values[sid][-1])
                          .max()) for sid in manual)
 
@@ -286,6 +296,10 @@ def test_a_step_at_the_last_point_is_a_jump_that_holds() -> None:
     assert largest_move(fresh) == 0.0
     before = PrismForecaster(use_rnn=False, use_fresh_jumps=False)
     assert largest_move(before) >= 1.0
+    assert all(fresh.state_[sid].periodic for sid in shifts)
+    cycling = forecasts[True]["series_id"].isin(shifts)
+    np.testing.assert_array_equal(forecasts[True].loc[cycling, "mean"],
+                                  forecasts[False].loc[cycling, "mean"])
     # the weights are learned as before: only an origin right after such a move changes
     assert fresh.stacker_ is not None and before.stacker_ is not None
     np.testing.assert_array_equal(fresh.stacker_.weights_, before.stacker_.weights_)
