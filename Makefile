@@ -110,7 +110,7 @@ bench-accuracy: $(STAMP)
 # switch and gbm against the last value (evaluation/results/shapes.md). About 25 minutes on
 # one core.
 bench-shapes: $(STAMP)
-	$(BIN)/python -m evaluation.benchmarks.shapes --models gbm,prism,prism-short_floor
+	$(BIN)/python -m evaluation.benchmarks.shapes --models gbm,prism,prism-fresh_jumps
 
 # The same with statsforecast's models as references (the `bench` extra), which needs
 # pandas < 3: it gets its own venv so that .venv keeps what a fresh install gets.

@@ -12,7 +12,8 @@ with a meta-learner trained out of sample across the panel, with the last value 
   of that class have kept in the history of the panel and of the series: a level shift holds,
   a burst decays, at the rate past bursts decayed. No candidate reverts to a level the series
   has left for good: the reversion candidate reverts to the median *since* the latest jump,
-  and a move one point old is a jump of age 0 (``use_fresh_jumps``);
+  and a move one point old, from a level held for 6 h in a series without a cycle, is a jump
+  of age 0 (``use_fresh_jumps``);
 - **revert**: the last value reverting to the median since the latest jump (at most a day
   back), with a half-life of 6 h (queues drain, bursts decay);
 - **mean**: the mean of the last 6 h (a level that ignores the noise of counts);
@@ -107,7 +108,7 @@ Ends = npt.NDArray[np.int64]
 _BLOCKS = ("1h", "3h", "6h", "12h", "1d", "2d")
 #: ``use_fresh_jumps``: a one-point move is a jump only from a value that held exactly still
 #: this long (at least two points) before it.
-_FRESH_HOLD = "1h"
+_FRESH_HOLD = "6h"
 #: At most this many combiner origins inside ``combiner_window`` (the "recent" combiner).
 _COMBINER_ORIGINS = 48
 #: Stacking origins per series (spread over its ``stack_window``): at least this many...
@@ -216,13 +217,14 @@ class PrismForecaster(BaseForecaster):
             other panels within their intervals of 1; see the README).
         use_fresh_jumps: in a series whose earlier one-point moves mostly held, a last value
             that alone moved as far as a jump does (the rolling median flags a jump one point
-            later), from a value that held exactly still for the hour before (``_FRESH_HOLD``:
-            an app resized by hand, not a busy VC), in a series without a cycle (not one
-            scaled up every morning), is a jump of age 0 from the level before it
+            later), from a value that held exactly still for the 6 h before (``_FRESH_HOLD``:
+            an app resized by hand, not a busy VC or a gang), in a series without a cycle (not
+            one scaled up every morning), is a jump of age 0 from the level before it
             (:func:`~prism.primitives.jumps.jump_state`): the forecast takes the weights of
             its jump's regime, and the reversion candidate's target is the new level, not the
-            day's median it left; the stacker's weights are learned as without it. Off by
-            default: it gains nothing on the accuracy benchmark (see the README).
+            day's median it left; the stacker's weights are learned as without it. On by
+            default: it takes the hand-sized apps' catastrophe away and moves no point
+            forecast of the accuracy panels (see the README).
         use_short_floor: the stacker's loss unit of a horizon block of few steps (an hourly
             series an hour ahead) is floored at a larger share of the series' mean error
             (:data:`~prism.forecasters.stacking.FLOOR_ONE_STEP`); without it, windows where
@@ -263,7 +265,7 @@ class PrismForecaster(BaseForecaster):
         use_week: bool = True,
         use_snap: bool = True,
         use_cycle_gate: bool = True,
-        use_fresh_jumps: bool = False,
+        use_fresh_jumps: bool = True,
         use_short_floor: bool = True,
         combiner: str = "stacked",
         stack_window: str = "4d",
