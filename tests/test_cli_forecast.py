@@ -203,6 +203,7 @@ def test_backtest_a_variant_beside_the_default_under_its_own_label(
     (["--models", "naive", "--param", "naive.seasn=1d"], "naive has no parameter 'seasn'"),
     (["--models", "seasonal_naive,a.b=seasonal_naive"], "a label is letters, digits"),
     (["--models", "naive,last=naive", "--workers", "2"], "a batch labels each run by its"),
+    (["--models", "naive=seasonal_naive"], "'naive' is another model's alias"),
 ])
 def test_backtest_names_the_bad_model_or_parameter(
     tmp_path: Path, store: tuple[str, pd.DataFrame], capsys: pytest.CaptureFixture[str],

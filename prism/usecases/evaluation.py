@@ -57,9 +57,10 @@ def model_specs(models: Sequence[str], params: Mapping[str, str] | None = None
     named.
 
     Raises:
-        ConfigError: for no model, a label named twice or not of the letters, digits, ``_``
-            and ``-``, a parameter of no model named, one without a label among several
-            models, an unknown alias or parameter, or a value not of the parameter's type.
+        ConfigError: for no model, a label named twice, another model's alias or not of the
+            letters, digits, ``_`` and ``-``, a parameter of no model named, one without a
+            label among several models, an unknown alias or parameter, or a value not of the
+            parameter's type.
     """
     from prism.forecasters import FORECASTERS
 
@@ -78,6 +79,9 @@ def model_specs(models: Sequence[str], params: Mapping[str, str] | None = None
         if label in specs:
             raise ConfigError(f"--models names {label!r} twice; give a variant its own label, "
                               f"e.g. --models {label},{label}2={alias}")
+        if label != alias and label in FORECASTERS:
+            raise ConfigError(f"--models {item!r}: {label!r} is another model's alias; give "
+                              f"the variant a label of its own, e.g. {alias}2={alias}")
         specs[label] = ModelSpec(label, alias, {})
     for key, value in (params or {}).items():
         label, dot, name = key.rpartition(".")
