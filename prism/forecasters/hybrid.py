@@ -693,9 +693,7 @@ class PrismForecaster(BaseForecaster):
         if self.stacker_ is not None:
             events = self._events(history)
             state = self.state_[series_id]
-            # a fresh move is a step of a series without a cycle (an autoscaler's cycles
-            # move at once and come back)
-            fresh = self.use_fresh_jumps and not (state.periodic or state.repeats)
+            fresh = self._fresh_moves(state)
             paths = self._candidates(series_id, history, ends, steps, events=events,
                                      fresh=fresh)
             last = history[ends - 1]
@@ -713,6 +711,11 @@ class PrismForecaster(BaseForecaster):
             return np.asarray(last[:, None] + moved, dtype=np.float64)
         return self._recent_combination(series_id, history, ends, steps)
 
+    def _fresh_moves(self, state: _SeriesState) -> bool:
+        """Whether a fresh move is a jump in this series (``use_fresh_jumps``): only in one
+        without a cycle (an autoscaler's steps move at once and come back)."""
+        return self.use_fresh_jumps and not (state.periodic or state.repeats)
+
     def _recent_combination(self, series_id: str, history: FloatArray, ends: Ends,
                             steps: int) -> FloatArray:
         """The "recent" combiner: per-series weights from the candidates' recent errors."""
@@ -721,7 +724,8 @@ class PrismForecaster(BaseForecaster):
         first = max(int(ends.min()) - window, 1)
         grid = np.arange(first, int(ends.max()), stride, dtype=np.int64)
         origins = np.union1d(grid, ends)
-        paths = self._candidates(series_id, history, origins, steps)
+        paths = self._candidates(series_id, history, origins, steps,
+                                 fresh=self._fresh_moves(self.state_[series_id]))
         names = list(paths)
         stacked = np.stack([paths[n] for n in names])  # (candidates, origins, steps)
         target = origins[:, None] + np.arange(steps)[None, :]
