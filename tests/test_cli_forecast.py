@@ -180,6 +180,11 @@ def test_backtest_a_variant_beside_the_default_under_its_own_label(
                  "--param", "halfday.season=12h", "--series", SID, "--horizon", "6h",
                  "--windows", "3", "--summary", "--output", str(out), "-q"]) == 0
     assert "halfday" in capsys.readouterr().out
+    # the capacity report's accuracy section says what the label was
+    page = tmp_path / "report.html"
+    assert main(["--db", db, "report", "--cluster", "lab", "--model", "naive", "--output",
+                 str(page)]) == 0
+    assert "halfday is seasonal_naive with season=12h" in page.read_text(encoding="utf-8")
     frame = pd.read_csv(out)
     assert set(frame["model"]) == {"seasonal_naive", "halfday"}
     # a half-day season on a daily sine forecasts the cycle upside down: the parameter took

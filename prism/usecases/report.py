@@ -394,4 +394,12 @@ def _describe(params: str) -> str:
         return params
     if not isinstance(values, dict):
         return str(values)
-    return ", ".join(f"{k} {v}" for k, v in values.items())
+    variants = values.pop("variants", None)
+    text = ", ".join(f"{k} {v}" for k, v in values.items())
+    if isinstance(variants, dict):  # prism backtest --models LABEL=ALIAS --param LABEL.X=Y
+        for label, spec in variants.items():
+            spec = dict(spec) if isinstance(spec, dict) else {}
+            alias = spec.pop("model", label)
+            given = ", ".join(f"{k}={v}" for k, v in spec.items())
+            text += f"; {label} is {alias}" + (f" with {given}" if given else "")
+    return text
