@@ -359,6 +359,7 @@ def test_cli_batch_forecast_and_backtest(tmp_path: Path, db: tuple[str, pd.DataF
     bt = tmp_path / "backtest.csv"
     assert main(["--db", path, "backtest", "--models", "naive,seasonal_naive", "--all",
                  "--horizon", "2h", "--windows", "2", "--quantiles", "0.1,0.5,0.9",
+                 "--param", "seasonal_naive.season=1h",
                  "--workers", "1", "--output", str(bt), "--summary", "-q"]) == 0
     printed = capsys.readouterr().out
     assert "mase" in printed and printed.count("run ") == 2
@@ -369,6 +370,10 @@ def test_cli_batch_forecast_and_backtest(tmp_path: Path, db: tuple[str, pd.DataF
     pd.testing.assert_frame_equal(got[got["model"] == "naive"].reset_index(drop=True), want,
                                   check_exact=False, rtol=1e-12)
     assert set(got["model"]) == {"naive", "seasonal_naive"}
+    hourly = backtest(get_forecaster("seasonal_naive", season="1h"), panel, horizon="2h",
+                      windows=2, quantiles=QUANTILES)  # the --param reached its model only
+    np.testing.assert_allclose(got.loc[got["model"] == "seasonal_naive", "mean"],
+                               hourly["mean"], rtol=1e-12)
 
 
 def test_cli_batch_errors_name_the_fix(db: tuple[str, pd.DataFrame],

@@ -221,7 +221,8 @@ def _batch_mode(args: argparse.Namespace) -> bool:
 
 
 def _run_batch(args: argparse.Namespace, store: Store, task: str, models: list[str],
-               series: list[str] | None, params: dict[str, str] | None = None) -> BatchJob:
+               series: list[str] | None,
+               model_params: dict[str, dict[str, str]] | None = None) -> BatchJob:
     from prism.usecases.batch import run_batch_job
 
     if args.output == STDOUT or getattr(args, "format", None):
@@ -231,9 +232,9 @@ def _run_batch(args: argparse.Namespace, store: Store, task: str, models: list[s
     with _progress(not args.quiet, eta=True) as progress:
         result = run_batch_job(
             store, series, models=models, task=task,
-            params=params if params is not None else _pairs(getattr(args, "param", None),
-                                                            "--param"),
-            horizon=args.horizon,
+            params=None if model_params is not None else _pairs(getattr(args, "param", None),
+                                                                "--param"),
+            model_params=model_params, horizon=args.horizon,
             quantiles=_quantiles(args.quantiles), windows=getattr(args, "windows", 1),
             step=getattr(args, "step", None), backend=args.backend or "local",
             workers=args.workers, ray_address=args.ray_address, budget_s=args.budget,
@@ -334,7 +335,7 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
                 raise ConfigError("a batch labels each run by its model's alias: backtest "
                                   "LABEL=ALIAS variants without --backend/--workers/--budget")
             job = _run_batch(args, store, "backtest", models, series,
-                             params={k: v for s in specs for k, v in s.params.items()})
+                             model_params={s.alias: s.params for s in specs if s.params})
             if not args.summary and not args.planning:
                 return 0
             done = evaluation_uc.batch_backtest(store, job.run_ids)

@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -47,6 +47,7 @@ def run_batch_job(
     models: Sequence[str],
     task: str = "forecast",
     params: dict[str, str] | None = None,
+    model_params: Mapping[str, Mapping[str, str]] | None = None,
     horizon: str = "1d",
     quantiles: Sequence[float] = (0.5, 0.9, 0.99),
     windows: int = 7,
@@ -75,6 +76,8 @@ def run_batch_job(
         models: forecaster aliases (one run each).
         task: ``forecast``, ``backtest`` or ``refit`` (fit and save, forecast nothing).
         params: hyperparameters as text (``season=1w``), for a single model.
+        model_params: hyperparameters as text per model alias, for any of ``models``
+            (``prism backtest --param seasonal_naive.season=1w``).
         horizon, quantiles, windows, step: as for ``prism forecast`` / ``prism backtest``.
         backend: ``local`` or ``ray``.
         workers: local processes, or Ray tasks in flight.
@@ -103,7 +106,13 @@ def run_batch_job(
     if params and len(models) > 1:
         raise ConfigError("--param applies to a single model; run the models one at a time")
     path = output_path(output, FRAME_SUFFIXES) if output is not None else None
-    forecasters = [get_forecaster(m, **typed_params(m, params or {})) for m in models]
+    given = model_params or {}
+    unknown = sorted(set(given) - set(models))
+    if unknown:
+        raise ConfigError(f"parameters for {', '.join(unknown)}, which is not among the models "
+                          f"({', '.join(models)})")
+    forecasters = [get_forecaster(m, **typed_params(m, {**(params or {}), **given.get(m, {})}))
+                   for m in models]
     root: Path | None = None
     if save or task == "refit":
         root = Path(models_dir) if models_dir is not None else get_settings().models_dir
