@@ -229,12 +229,13 @@ def _run_batch(args: argparse.Namespace, store: Store, task: str, models: list[s
         raise ConfigError("a batch writes --output FILE.csv|.parquet|.json (its suffix says the "
                           "format): --output - and --format are for a run without "
                           "--backend/--workers/--budget")
+    if model_params is None:  # forecast and refit: one model, its --param NAME=VALUE
+        given = _pairs(getattr(args, "param", None), "--param")
+        model_params = {models[0]: given} if given else {}
     with _progress(not args.quiet, eta=True) as progress:
         result = run_batch_job(
-            store, series, models=models, task=task,
-            params=None if model_params is not None else _pairs(getattr(args, "param", None),
-                                                                "--param"),
-            model_params=model_params, horizon=args.horizon,
+            store, series, models=models, task=task, model_params=model_params,
+            horizon=args.horizon,
             quantiles=_quantiles(args.quantiles), windows=getattr(args, "windows", 1),
             step=getattr(args, "step", None), backend=args.backend or "local",
             workers=args.workers, ray_address=args.ray_address, budget_s=args.budget,

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
-import pandas as pd
+
+from prism.primitives.jumps import trailing_extremes
 
 if TYPE_CHECKING:
     from prism.primitives.dictionary import PrimitiveDictionary
@@ -28,9 +29,9 @@ _QUANTUM_DIVISORS = 16
 def still(history: FloatArray, origins: Ends, width: int) -> npt.NDArray[np.bool_]:
     """Whether the last ``width`` points before each origin (fewer at the start) are all equal:
     trailing extremes from one rolling pass, read at each origin's last point."""
-    window = pd.Series(history).rolling(width, min_periods=1)
+    top, bottom = trailing_extremes(history, width)
     last = origins - 1
-    return np.asarray(window.max().to_numpy()[last] == window.min().to_numpy()[last])
+    return np.asarray(top[last] == bottom[last])
 
 
 def cycled(history: FloatArray, origins: Ends, season: int) -> npt.NDArray[np.bool_]:

@@ -220,8 +220,7 @@ def jump_state(events: JumpEvents, history: FloatArray, origins: npt.ArrayLike, 
     # the most of the jump left over those points: the highest of them after a rise, the
     # lowest after a fall (trailing extremes of ``settle`` points, ending at each origin's last)
     last = np.maximum(e - 1, 0)
-    window = pd.Series(history).rolling(max(settle, 1), min_periods=1)
-    top, bottom = window.max().to_numpy()[last], window.min().to_numpy()[last]
+    top, bottom = (x[last] for x in trailing_extremes(history, max(settle, 1)))
     b = events.base[jb]
     left = np.where(height > 0, top - b, np.where(height < 0, b - bottom, 0.0))
     ok &= left > GONE_SHARE * np.abs(height)  # a "jump" flagged at its base has no height
@@ -230,6 +229,13 @@ def jump_state(events: JumpEvents, history: FloatArray, origins: npt.ArrayLike, 
     direction[ok] = direction_of(history[e[ok] - 1], events.base[j[ok]],
                                  events.week_level[j[ok]])
     return _fresh(events, history, e, JumpState(age, base, direction), fresh, hold)
+
+
+def trailing_extremes(values: FloatArray, width: int) -> tuple[FloatArray, FloatArray]:
+    """The highest and lowest of the ``width`` points ending at each point (fewer at the
+    start), from one rolling pass."""
+    window = pd.Series(values).rolling(width, min_periods=1)
+    return window.max().to_numpy(), window.min().to_numpy()
 
 
 def _fresh(events: JumpEvents, history: FloatArray, e: IntArray, state: JumpState,
@@ -247,8 +253,7 @@ def _fresh(events: JumpEvents, history: FloatArray, e: IntArray, state: JumpStat
     hit = (at[k] == e - 1) & (2 * (held_before + 1) > k + 2)
     if hold > 0 and hit.any():
         move = e[hit] - 1  # the point that moved; the ``hold`` before it held still
-        window = pd.Series(history).rolling(hold, min_periods=hold)
-        top, bottom = window.max().to_numpy(), window.min().to_numpy()
+        top, bottom = trailing_extremes(history, hold)
         before = np.maximum(move - 1, 0)
         hit[hit] = (move >= hold) & (top[before] == bottom[before])
     if not hit.any():
