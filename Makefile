@@ -8,7 +8,7 @@ DB     ?= $(DEMO)/prism.duckdb
 PORT   ?= 8000
 SERVE  ?= 1
 
-.PHONY: install run test lint typecheck chromium bench bench-accuracy bench-accuracy-references bench-shapes clean
+.PHONY: install run test lint typecheck chromium bench bench-accuracy bench-accuracy-references bench-shapes bench-covariates clean
 
 # make test installs the dev tools and Ray (STAMP); make run only what PRISM needs to run
 # (RUN_STAMP): a lighter first run.
@@ -111,6 +111,15 @@ bench-accuracy: $(STAMP)
 # one core.
 bench-shapes: $(STAMP)
 	$(BIN)/python -m evaluation.benchmarks.shapes --models gbm,prism,prism-fresh_jumps
+
+# Queued GPUs, submissions and capacity as features of the global learners (gbm, and PRISM's
+# gbm candidate), each against itself without them, on both weeks of the accuracy benchmark
+# (evaluation/results/covariates.md and earlier_week/): measured, not in PRISM. About an hour
+# per week on one core.
+bench-covariates: $(STAMP)
+	$(BIN)/python -m evaluation.benchmarks.covariates
+	$(BIN)/python -m evaluation.benchmarks.covariates --before 7d \
+		--output evaluation/results/earlier_week
 
 # The same with statsforecast's models as references (the `bench` extra), which needs
 # pandas < 3: it gets its own venv so that .venv keeps what a fresh install gets.
