@@ -1,7 +1,7 @@
 """The job-aware forecast as a candidate of PRISM's stacker: does it earn a weight?
 
     python -m evaluation.benchmarks.release_candidate [--datasets alibaba,generated] [--before 7d]
-        [--output DIR]
+        [--windows 28] [--output DIR]
 
 :mod:`evaluation.benchmarks.release` measures the job-aware forecast alone
 (:class:`~prism.forecasters.release.JobReleaseModel`: the running jobs' GPUs released by the
@@ -100,7 +100,7 @@ class ReleasePrism(PrismForecaster):
         return out
 
 
-def run(before: str | None, datasets: list[str]) -> pd.DataFrame:
+def run(before: str | None, datasets: list[str], windows: int = WINDOWS) -> pd.DataFrame:
     """``naive``, ``prism`` and ``prism+release`` on each panel: AvgRelMAE against naive and
     the paired ratio to ``prism`` (``dataset, horizon, model, reference, ratio, lo, hi,
     windows``)."""
@@ -117,18 +117,18 @@ def run(before: str | None, datasets: list[str]) -> pd.DataFrame:
                                   ("prism+release", ReleasePrism(jobs=jobs))):
             began = time.perf_counter()
             frames.append(backtest({model: forecaster}, panel, horizon=BACKTEST_HORIZON,
-                                   windows=WINDOWS, step=STEP, quantiles=(0.5,)))
+                                   windows=windows, step=STEP, quantiles=(0.5,)))
             print(f"{name:<10} {model:<14} {time.perf_counter() - began:7.1f} s", flush=True)
         frame = pd.concat(frames, ignore_index=True)
         ahead = frame[TS] - frame["cutoff"]
         for horizon in HORIZONS:
-            windows = evaluate(frame[ahead <= parse_duration(horizon)], panel)
-            table = summarize_windows(windows, baseline="naive", n_boot=N_BOOT, random_state=0)
+            scored = evaluate(frame[ahead <= parse_duration(horizon)], panel)
+            table = summarize_windows(scored, baseline="naive", n_boot=N_BOOT, random_state=0)
             for r in table[table["model"] != "naive"].itertuples():
                 rows.append({"dataset": name, "horizon": horizon, "model": r.model,
                              "reference": "naive", "ratio": r.avg_rel_mae, "lo": r.lo,
                              "hi": r.hi, "windows": r.windows})
-            paired = relative_to(windows, "prism+release", "prism", n_boot=N_BOOT,
+            paired = relative_to(scored, "prism+release", "prism", n_boot=N_BOOT,
                                  random_state=0)
             for r in paired.itertuples():
                 rows.append({"dataset": name, "horizon": horizon, "model": r.model,
@@ -160,10 +160,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="drop each series' last span first (7d: the week before)")
     parser.add_argument("--datasets", default="alibaba,generated",
                         help="panels among alibaba, generated")
+    parser.add_argument("--windows", type=int, default=WINDOWS,
+                        help="cutoffs, 6 h apart (the generated panel's job model is slow)")
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
-    table = run(args.before, [d for d in args.datasets.split(",") if d])
+    table = run(args.before, [d for d in args.datasets.split(",") if d], args.windows)
     args.output.mkdir(parents=True, exist_ok=True)
     table.to_csv(args.output / "release_candidate.csv", index=False)
     week = f"the week before the last ({args.before} dropped)" if args.before else "last week"
