@@ -24,7 +24,7 @@ def test_the_generated_shapes_are_what_they_say() -> None:
     for _, series in weekly:
         monday, sunday = series.loc["2026-01-12 13:00"], series.loc["2026-01-11 13:00"]
         assert monday - sunday > 100  # a weekday plateau, a weekend floor
-    days = ten.assign(day=ten["ts"].dt.floor("1d"))
+    days = ten.assign(day=ten["ts"].dt.floor("1D"))
     for kind, cycles in (("autoscaled", True), ("manual", False)):
         apps = days[kinds == kind]
         # whole replicas; an autoscaled app moves within nearly every day (a daily cycle),
