@@ -49,6 +49,7 @@ from evaluation.benchmarks.accuracy import (
     STEP,
     TRACES,
     WINDOWS,
+    _series_of_panels,
     end_before,
     horizon_frames,
 )
@@ -176,16 +177,8 @@ def load(names: list[str]) -> tuple[dict[str, pd.DataFrame], dict[str, Covariate
             ingest(store, [TRACES / "alibaba_gpu" / "v2023_openb_pod_list_default.csv.gz"],
                    "alibaba-pods")
         series = store.list_series()
-        cluster, scope, metric = series["cluster"], series["scope"], series["metric"]
-        alibaba = (cluster == "alibaba-v2023") & (metric == "gpus_in_use")
-        masks = {
-            "helios_in_use": (cluster == "earth") & (metric == "gpus_in_use"),
-            "helios_demand": (cluster == "earth") & (metric == "gpu_demand"),
-            "alibaba_qos": alibaba & (scope != "all") & ~scope.str.startswith("gpu:"),
-            "alibaba_gpu": alibaba & (scope == "all"),
-        }
-        panels = {n: store.load_panel(sorted(series.loc[masks[n], SERIES_ID].astype(str)))
-                  for n in names}
+        wanted_ids = _series_of_panels(series, [])  # the accuracy benchmark's panels
+        panels = {n: store.load_panel(wanted_ids[n]) for n in names}
         known = set(series[SERIES_ID].astype(str))
         wanted = sorted({f"{c}/{s}/{m}" for p in panels.values()
                          for c, s, _ in (sid.split("/") for sid in p[SERIES_ID].unique())
