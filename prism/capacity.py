@@ -189,9 +189,9 @@ def exceed_probability(levels: Sequence[float] | FloatArray, values: FloatArray,
     du = np.diff(u)
     q0, q1 = q[:, :-1], q[:, 1:]
     span = q1 - q0
-    below = np.where(span > 0,
-                     np.clip(np.divide(c - q0, span, out=np.zeros_like(span), where=span > 0),
-                             0.0, 1.0),
+    with np.errstate(over="ignore"):  # a span of 1e-300 is a step: +-inf clips to 1 or 0
+        share = np.divide(c - q0, span, out=np.zeros_like(span), where=span > 0)
+    below = np.where(span > 0, np.clip(share, 0.0, 1.0),
                      (q0 <= c).astype(np.float64))  # share of each segment with Q(u) <= c
     out: FloatArray = np.clip(1.0 - (below * du).sum(axis=1), 0.0, 1.0)
     return out
