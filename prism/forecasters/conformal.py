@@ -65,6 +65,14 @@ _BLOCK_EDGES = np.array([1, 2, 3, 4, 5, 7, 9, 13, 17, 25, 33, 49, 65, 97, 129, 1
 #: A block needs this many residuals to get its own offsets; later steps extrapolate the last
 #: block that has them, widened with the square root of the step.
 MIN_BLOCK_RESIDUALS = 24
+#: A block is *sure* when the calibration origins spread over this many times its first step.
+#: Errors ``k`` steps ahead from origins closer together than ``k`` overlap: on a series with
+#: 3-7 days of history (a tail of 1-2.3 days), the day-ahead blocks rest on origins a few
+#: hours apart, one or two independent windows. Past the last sure block, each level's offset
+#: is the wider of the block's own and the last sure block's widened with the square root of
+#: the step (:func:`widen_unsure`). With a full 7-day tail every block up to a day ahead is
+#: sure (10-min, 5-min, 1-min and hourly steps alike): long series are calibrated as before.
+MIN_BLOCK_WINDOWS = 6
 #: At most this many calibration origins per series (spread evenly over the held-out tail).
 MAX_ORIGINS = 72
 #: The tail held out for calibration is at most this share of a series.
@@ -320,14 +328,45 @@ def calibration_offsets(history: FloatArray, ends: IntArray, mean: FloatArray,
         centers.append(0.5 * (lo + min(hi - 1, steps)))
         counts.append(len(block))
     one_step = actual[:, 0] - mean[:, 0]
+    table = np.asarray(offsets, dtype=np.float64).reshape(len(centers), len(levels))
     return Calibration(
         centers=np.asarray(centers, dtype=np.float64),
         levels=levels,
-        offsets=np.asarray(offsets, dtype=np.float64).reshape(len(centers), len(levels)),
+        offsets=widen_unsure(np.asarray(centers, dtype=np.float64), table, levels,
+                             sure_blocks(len(centers), n - int(ends[0]) if len(ends) else 0)),
         n_residuals=np.asarray(counts, dtype=np.int64),
         one_step=one_step[np.isfinite(one_step)],
         origins=ends[np.isfinite(one_step)],
     )
+
+
+def sure_blocks(n_blocks: int, span: int) -> int:
+    """How many of the first ``n_blocks`` blocks are sure (``MIN_BLOCK_WINDOWS``) when the
+    calibration origins spread over ``span`` steps."""
+    return int(np.sum(_BLOCK_EDGES[:n_blocks] * MIN_BLOCK_WINDOWS <= span))
+
+
+def widen_unsure(centers: FloatArray, offsets: FloatArray, levels: FloatArray,
+                 n_sure: int) -> FloatArray:
+    """Offsets ``(..., n_blocks, n_levels)`` with each block past the first ``n_sure`` at
+    least as wide as the last sure block's widened with the square root of the step: below
+    the median the lower of the two offsets, above it the higher.
+
+    Neither estimate is to be trusted alone there: the block's own rests on overlapping
+    windows, the extrapolation misses errors that grow faster than a random walk's (a cycle
+    forecast from a few days drifts out of phase). Measured on the shapes' 10-minute series
+    cut to 3-21 days of history (``python -m evaluation.benchmarks.short_history``).
+    """
+    if n_sure == 0 or n_sure >= len(centers):
+        return offsets
+    growth = np.sqrt(centers[n_sure:] / centers[n_sure - 1])
+    reach = offsets[..., n_sure - 1:n_sure, :] * growth[:, None]
+    own = offsets[..., n_sure:, :]
+    wide = np.where(levels < 0.5, np.minimum(own, reach),
+                    np.where(levels > 0.5, np.maximum(own, reach), own))
+    out = offsets.copy()
+    out[..., n_sure:, :] = wide
+    return out
 
 
 def bands(mean: FloatArray, native: FloatArray | None, native_levels: Sequence[float],

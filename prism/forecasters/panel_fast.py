@@ -56,6 +56,8 @@ from prism.forecasters.conformal import (
     adaptive_factors,
     calibration_origins,
     drift_level,
+    sure_blocks,
+    widen_unsure,
 )
 from prism.frames import to_frame
 from prism.schema import SERIES_ID, TS, VALUE, panel_freq
@@ -263,7 +265,8 @@ def _calibrated_offsets(rule: _PanelRule, values: FloatArray, ends: IntArray,
     c = np.asarray(centers, dtype=np.float64)
     if not len(c):
         return c, np.zeros((len(values), 0, len(_LEVELS)))
-    table = np.stack(offsets, axis=1)  # (series, blocks, levels)
+    table = widen_unsure(c, np.stack(offsets, axis=1), _LEVELS,  # (series, blocks, levels)
+                         sure_blocks(len(c), width))
     factors = np.sqrt(_drift_factors(errors, seen, ends, c, table, rule.freq_s_) * adaptive)
     groups = _drift_group(c, rule.freq_s_)
     median = _at_level(0.5, table)

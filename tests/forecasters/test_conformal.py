@@ -76,3 +76,46 @@ def test_adaptive_conformal_widens_bands_when_errors_grow_and_narrows_when_they_
     assert (atoms == 0).mean() > conformal.ACI_MAX_ATOM
     assert conformal.adaptive_factors(atoms, seen, ends, freq_s)[0, 0] == 1.0
     assert conformal.adaptive_factors(np.round(errors[:1]), seen, ends, freq_s)[0, 0] > 1.1
+
+
+def test_blocks_past_the_sure_ones_are_as_wide_as_either_estimate(monkeypatch) -> None:
+    """A 3-day series holds out 1 day: its day-ahead errors come from origins a few hours
+    apart. Blocks whose first step times ``MIN_BLOCK_WINDOWS`` exceeds that spread are not
+    sure: each level there is the wider of the block's own offset and the last sure block's
+    widened with the square root of the step. The sure blocks are as before."""
+    rng = np.random.default_rng(3)
+    n = 3 * 144
+    history = 50 + np.cumsum(rng.choice([-4.0, 0.0, 0.0, 0.0, 4.0], n))
+    ends = calibration_origins(n, n // 3)
+    mean = _naive_forecasts(history, ends, n - int(ends[0]))
+    new = conformal.calibration_offsets(history, ends, mean, None, ())
+    span, windows = n - int(ends[0]), conformal.MIN_BLOCK_WINDOWS
+    sure = conformal.sure_blocks(len(new.centers), span)
+    edges = conformal._BLOCK_EDGES  # each block's first step
+    assert 0 < sure < len(new.centers)
+    assert edges[sure] * windows > span >= edges[sure - 1] * windows  # "sure" as documented
+    monkeypatch.setattr(conformal, "MIN_BLOCK_WINDOWS", 1)  # every block sure: as before
+    old = conformal.calibration_offsets(history, ends, mean, None, ())
+    np.testing.assert_array_equal(new.centers, old.centers)
+    np.testing.assert_array_equal(new.offsets[:sure], old.offsets[:sure])
+    reach = old.offsets[sure - 1] * np.sqrt(old.centers[sure:] / old.centers[sure - 1])[:, None]
+    lower, upper = new.levels < 0.5, new.levels > 0.5
+    far = new.offsets[sure:]
+    assert (far[:, lower] <= np.minimum(old.offsets[sure:, lower], reach[:, lower])).all()
+    assert (far[:, upper] >= np.maximum(old.offsets[sure:, upper], reach[:, upper])).all()
+    assert (np.diff(far, axis=1) >= 0).all()  # levels stay ordered
+    assert (far != old.offsets[sure:]).any()  # the rule changed something here
+
+
+def test_a_series_with_a_full_tail_is_calibrated_as_before(monkeypatch) -> None:
+    # 28 days of 10-min data hold out 7: every block up to a day ahead is sure
+    rng = np.random.default_rng(4)
+    n, steps = 28 * 144, 144
+    history = 50 + np.cumsum(rng.choice([-4.0, 0.0, 0.0, 0.0, 4.0], n))
+    ends = calibration_origins(n, 7 * 144)
+    mean = _naive_forecasts(history, ends, steps)
+    new, _ = calibrate(history, ends, mean, None, (), 600)
+    monkeypatch.setattr(conformal, "MIN_BLOCK_WINDOWS", 1)
+    old, _ = calibrate(history, ends, mean, None, (), 600)
+    assert conformal.sure_blocks(len(new.centers), 7 * 144) == len(new.centers)
+    np.testing.assert_array_equal(new.offsets, old.offsets)
