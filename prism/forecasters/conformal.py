@@ -37,6 +37,12 @@ synthetic panel whose volatility triples four days before the backtest, the 90 %
 88-92 % with it (``tests/forecasters/test_stacking.py``); the accuracy benchmark's coverage
 table gives the real panels.
 
+**Short tails.** A series of 3 days holds out one: its day-ahead errors come from origins a few
+hours apart, overlapping windows. A block of steps is *sure* only where the origins spread over
+``MIN_BLOCK_WINDOWS`` times its first step; past the last sure block, each level's offset is
+the wider of the block's own and the last sure block's widened with the square root of the
+step (:func:`widen_unsure`). With a full 7-day tail every block up to a day ahead is sure.
+
 A forecast's bands (:func:`bands`) are its mean (or native quantiles) plus the offsets of each
 step ahead, interpolated between blocks and widened with the square root of the step beyond
 the last calibrated one.
