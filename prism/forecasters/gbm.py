@@ -87,6 +87,13 @@ TOD_DAYS = 7
 MIN_ROWS = 20
 #: History values held at once while building the training set (32 MB of tails).
 _CHUNK_VALUES = 4_000_000
+#: The direct strategy predicts every step up to this many ahead, and beyond it at most
+#: ``_FAR_KNOTS`` steps spread evenly to the last, linearly between them. PRISM asks for
+#: paths over its whole 7-day calibration tail from 72 origins (1,008 steps at 10 min, 10,080
+#: at 1 min): most of a one-minute series' fit went into predicting them step by step. A day
+#: ahead at 10 min (144 steps) is predicted exactly, as are the calibration blocks it uses.
+_EXACT_STEPS = 288
+_FAR_KNOTS = 256
 _DAY_S = 86_400
 
 
@@ -302,13 +309,18 @@ class GbmForecaster(BaseForecaster):
 
     def _direct(self, series_id: str, history: FloatArray, ends: IntArray,
                 steps: int) -> FloatArray:
-        """Every step of every origin in one ``predict`` call."""
+        """Every step of every origin in one ``predict`` call (past ``_EXACT_STEPS``, at
+        knots and linearly between them)."""
         tails = _tails(history, ends, self.layout_.tail)
-        rows = np.repeat(np.arange(len(ends)), steps)
-        k = np.tile(np.arange(1, steps + 1), len(ends))
+        knots = _direct_knots(steps)
+        rows = np.repeat(np.arange(len(ends)), len(knots))
+        k = np.tile(knots, len(ends))
         x, last, scale = self._features(series_id, tails, rows, ends[rows], k)
-        change = self.model_.predict(x)
-        return np.asarray(last + scale * change, dtype=np.float64).reshape(len(ends), steps)
+        change = self.model_.predict(x).reshape(len(ends), len(knots))
+        if len(knots) < steps:
+            change = _interp_rows(np.arange(1, steps + 1), knots, change)
+        first = np.arange(len(ends)) * len(knots)  # every row of an origin shares these
+        return np.asarray(last[first, None] + scale[first, None] * change, dtype=np.float64)
 
     def _recursive(self, series_id: str, history: FloatArray, ends: IntArray,
                    steps: int) -> FloatArray:
@@ -336,6 +348,21 @@ def feature_names() -> list[str]:
 
 
 # -- feature helpers ----------------------------------------------------------------------------
+def _direct_knots(steps: int) -> IntArray:
+    """The steps ahead the direct strategy predicts (``_EXACT_STEPS``)."""
+    if steps <= _EXACT_STEPS + _FAR_KNOTS:
+        return np.arange(1, steps + 1, dtype=np.int64)
+    far = np.linspace(_EXACT_STEPS + 1, steps, _FAR_KNOTS).round().astype(np.int64)
+    return np.concatenate([np.arange(1, _EXACT_STEPS + 1, dtype=np.int64), np.unique(far)])
+
+
+def _interp_rows(k: FloatArray | IntArray, knots: IntArray, values: FloatArray) -> FloatArray:
+    """``np.interp(k, knots, row)`` of every row, at once (``knots`` increasing)."""
+    j = np.clip(np.searchsorted(knots, k, side="right") - 1, 0, len(knots) - 2)
+    w = (k - knots[j]) / (knots[j + 1] - knots[j])
+    return np.asarray(values[:, j] * (1.0 - w) + values[:, j + 1] * w, dtype=np.float64)
+
+
 def _tails(y: FloatArray, ends: IntArray, width: int) -> FloatArray:
     """``(len(ends), width)``: the ``width`` values before each origin, ``NaN`` before 0."""
     idx = ends[:, None] - width + np.arange(width)[None, :]

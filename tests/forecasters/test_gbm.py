@@ -191,3 +191,34 @@ def test_hourly_data_gets_windows_of_at_least_one_step() -> None:
     truth = 100 + 30 * np.sin(2 * np.pi * np.arange(len(ts), len(ts) + 24) / 24)
     error = np.abs(out["mean"].to_numpy()[:24] - truth)
     assert error.max() < 4.5 and error.mean() < 1.0  # 15 % and 3 % of the amplitude
+
+
+def test_far_steps_are_predicted_at_knots_and_linearly_between(monkeypatch) -> None:
+    # Paths over a long horizon (PRISM's 7-day calibration tail: 10,080 steps at 1 min) are
+    # predicted step by step up to _EXACT_STEPS and at _FAR_KNOTS knots beyond, linearly
+    # between them. The knots and the exact steps are what a full prediction gives.
+    from prism.forecasters import gbm
+
+    panel, _ = _daily_panel(6, [(50.0, 20.0), (10.0, 5.0)])
+    model = GbmForecaster(max_iter=50, random_state=0).fit(panel)
+    sid = "c/vc0/gpus_in_use"
+    history = model.history_[sid]
+    ends = np.array([len(history) - 2 * DAY, len(history) - DAY])
+    steps = 4 * DAY  # 576 > 288 + 256
+    knots = gbm._direct_knots(steps)
+    assert len(knots) < steps and knots[0] == 1 and knots[-1] == steps
+    assert (knots[:gbm._EXACT_STEPS] == np.arange(1, gbm._EXACT_STEPS + 1)).all()
+    fast = model._forecast_many(sid, history, ends, steps)
+    monkeypatch.setattr(gbm, "_EXACT_STEPS", steps)  # every step predicted
+    full = model._forecast_many(sid, history, ends, steps)
+    np.testing.assert_allclose(fast[:, knots - 1], full[:, knots - 1], rtol=0, atol=1e-9)
+    between = np.setdiff1d(np.arange(1, steps + 1), knots)
+    assert len(between) > 0
+    j = np.searchsorted(knots, between) - 1  # the knots on each side
+    lo = np.minimum(full[:, knots[j] - 1], full[:, knots[j + 1] - 1])
+    hi = np.maximum(full[:, knots[j] - 1], full[:, knots[j + 1] - 1])
+    assert ((fast[:, between - 1] >= lo - 1e-9) & (fast[:, between - 1] <= hi + 1e-9)).all()
+    # a horizon within the exact reach is predicted step by step, bit for bit
+    monkeypatch.setattr(gbm, "_EXACT_STEPS", 288)
+    short = model._forecast_many(sid, history, ends, DAY)
+    np.testing.assert_array_equal(short, full[:, :DAY])
