@@ -152,18 +152,9 @@ class CovariatePrism(PrismForecaster):
         super().__init__()
         self.covariates = covariates
 
-    def _learn_gbm(self, values: dict[str, FloatArray]) -> GbmForecaster | None:
-        from prism.errors import DataContractError
-
-        gbm = CovariateGbm(covariates=self.covariates, max_horizon=self.horizon,
-                           random_state=self.random_state)
-        gbm.freq_s_ = self.freq_s_
-        gbm.first_ts_ = self.first_ts_
-        try:
-            gbm._fit(values)
-        except DataContractError:
-            return None
-        return gbm
+    def _new_gbm(self) -> GbmForecaster:
+        return CovariateGbm(covariates=self.covariates, max_horizon=self.horizon,
+                            random_state=self.random_state)
 
 
 # -- data -------------------------------------------------------------------------------------
@@ -184,18 +175,17 @@ def load(names: list[str]) -> tuple[dict[str, pd.DataFrame], dict[str, Covariate
                          for c, s, _ in (sid.split("/") for sid in p[SERIES_ID].unique())
                          for m in COVARIATES} & known)
         raw = store.load_panel(wanted)
+    by_id = {str(sid): part.set_index(TS)["value"] for sid, part in raw.groupby(SERIES_ID)}
     covs: dict[str, Covariates] = {}
     for panel in panels.values():
-        for sid in panel[SERIES_ID].unique():
+        for sid, grid in panel.groupby(SERIES_ID)[TS]:
             c, s, _ = str(sid).split("/")
-            grid = panel.loc[panel[SERIES_ID] == sid, TS]
             first, last = grid.min(), grid.max()
             step = int((grid.iloc[1] - grid.iloc[0]).total_seconds())
             index = pd.date_range(first, last, freq=f"{step}s")
-            cols = []
-            for m in COVARIATES:
-                one = raw[raw[SERIES_ID] == f"{c}/{s}/{m}"].set_index(TS)["value"]
-                cols.append(one.reindex(index).to_numpy(dtype=np.float64))
+            missing = pd.Series(np.nan, index=index)
+            cols = [by_id.get(f"{c}/{s}/{m}", missing).reindex(index).to_numpy(
+                dtype=np.float64) for m in COVARIATES]
             covs[str(sid)] = Covariates(first=int(first.timestamp()), step=step,
                                         values=np.column_stack(cols))
     return panels, covs

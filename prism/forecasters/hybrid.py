@@ -473,15 +473,20 @@ class PrismForecaster(BaseForecaster):
         )
         return rnn.fit(series, seconds=seconds, freq_s=self.freq_s_)
 
+    def _new_gbm(self) -> GbmForecaster:
+        """The unfitted boosted-trees model :meth:`_learn_gbm` learns (a subclass may give
+        it other features)."""
+        from prism.forecasters.gbm import GbmForecaster
+
+        return GbmForecaster(max_horizon=self.horizon, random_state=self.random_state)
+
     def _learn_gbm(self, values: dict[str, FloatArray]) -> GbmForecaster | None:
         """The boosted-trees candidate: a GbmForecaster's parameters, learned on ``values``.
 
         Only its learned parameters are used (its own calibration is not run): the hybrid
         calls its forecast hook with the hybrid's own series state.
         """
-        from prism.forecasters.gbm import GbmForecaster
-
-        gbm = GbmForecaster(max_horizon=self.horizon, random_state=self.random_state)
+        gbm = self._new_gbm()
         gbm.freq_s_ = self.freq_s_
         gbm.first_ts_ = self.first_ts_
         try:
