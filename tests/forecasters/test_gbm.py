@@ -10,7 +10,7 @@ import pytest
 
 from prism.errors import ConfigError, DataContractError
 from prism.forecasters import FORECASTERS, get_forecaster
-from prism.forecasters.gbm import GbmForecaster, _tails, feature_names
+from prism.forecasters.gbm import GbmForecaster, _origin_features, _tails, feature_names
 
 DAY = 144  # 10-minute steps
 
@@ -86,6 +86,28 @@ def test_features_of_a_ramp_are_exact() -> None:
     seen = [[d for d in (latest[i], latest[i] - DAY, latest[i] - 2 * DAY) if s + d >= 1]
             for i in range(len(k))]
     np.testing.assert_allclose(f["tod_mean"], [np.mean(v) / s for v in seen])
+
+
+def test_tails_hold_the_values_before_each_origin_and_nan_before_the_start() -> None:
+    y = np.arange(10.0)
+    tails = _tails(y, np.array([0, 3, 10]), 4)
+    np.testing.assert_array_equal(tails[0], [np.nan] * 4)
+    np.testing.assert_array_equal(tails[1], [np.nan, 0.0, 1.0, 2.0])
+    np.testing.assert_array_equal(tails[2], [6.0, 7.0, 8.0, 9.0])
+    assert _tails(np.arange(5), np.array([2]), 3).dtype == np.float64  # integer series
+
+
+def test_scale_falls_back_to_the_whole_tail_and_then_to_one() -> None:
+    # a VC busy two days ago and idle since: its scale is the busy level, not 0; a VC idle
+    # for its whole tail is in its own units (scale 1)
+    lay = GbmForecaster(max_iter=5, max_rows=500).fit(_daily_panel(3, [(5.0, 1.0)])[0]).layout_
+    busy_then_idle = np.concatenate([np.full(DAY, 40.0), np.zeros(2 * DAY)])
+    ends = np.array([len(busy_then_idle), len(busy_then_idle) - DAY // 2, DAY + 1])
+    _, last, scale = _origin_features(_tails(busy_then_idle, ends, lay.tail), lay)
+    np.testing.assert_array_equal(scale, [40.0, 40.0, 40.0])
+    np.testing.assert_array_equal(last, [0.0, 0.0, 0.0])
+    _, _, scale = _origin_features(_tails(np.zeros(3 * DAY), ends, lay.tail), lay)
+    np.testing.assert_array_equal(scale, [1.0, 1.0, 1.0])
 
 
 def test_the_forecast_of_a_fitted_model_follows_the_prediction_of_its_trees() -> None:
