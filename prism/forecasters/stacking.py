@@ -7,7 +7,7 @@ forecast origin, how far to move from the last value towards each candidate fore
 
 so the weights are a convex combination in which the last value keeps whatever weight the
 candidates do not earn (``1 - sum w``). They are fitted by least absolute deviation
-(a linear program, solved by HiGHS through :func:`scipy.optimize.linprog`) on out-of-sample
+(a linear program, solved by HiGHS: :mod:`prism.forecasters.lp`) on out-of-sample
 forecasts from rolling origins of all series of a panel, each window's errors divided by the
 last value's error in that window and block, so the loss is the mean relative MAE against the
 last value that the benchmark reports, and a near-idle series weighs as much as a busy one.
@@ -45,7 +45,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
-from scipy.optimize import linprog
+
+from prism.forecasters.lp import row_marginals
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -316,13 +317,12 @@ class NaiveAnchoredStacker:
         lam = self.penalty * float(np.sum(w * np.abs(t)))
         cost = np.concatenate([-t, [1.0]])
         a_ub = np.hstack([x.T, -np.ones((c, 1))])
-        bounds = np.column_stack([np.concatenate([-w, [0.0]]), np.concatenate([w, [np.inf]])])
-        res = linprog(cost, A_ub=a_ub, b_ub=np.full(c, lam), bounds=bounds, method="highs")
-        if not res.success:
-            logger.info("stacking LP failed (%s): the block keeps the last value", res.message)
+        marginals = row_marginals(cost, a_ub, np.full(c, lam), np.concatenate([-w, [0.0]]),
+                                  np.concatenate([w, [np.inf]]))
+        if marginals is None:
+            logger.info("stacking LP has no optimum: the block keeps the last value")
             return np.zeros(c)
-        beta = -np.asarray(res.ineqlin.marginals, dtype=np.float64)
-        return np.clip(beta, 0.0, 1.0)
+        return np.clip(-marginals, 0.0, 1.0)
 
     def combine(self, deltas: FloatArray, regime: IntArray,
                 alternative: IntArray | None = None) -> FloatArray:
