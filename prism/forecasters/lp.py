@@ -11,11 +11,13 @@ options one by one; on a single-series fit that was 0.4 s of the stacker's 0.7 s
 hands HiGHS the same model with the same options (``method="highs"``: presolve on, the dual
 simplex strategy) through SciPy's own HiGHS binding, so the solution is the same bit for bit
 (``tests/forecasters/test_lp.py`` checks it against ``linprog``), and reads back only the row
-duals. Where that binding is not there (a SciPy other than 1.15-1.17's layout) it falls back
-to ``linprog``.
+duals. Where that binding is not there, or not as expected (a SciPy of another layout), it
+falls back to ``linprog`` and says so once in the log.
 """
 
 from __future__ import annotations
+
+import logging
 
 import numpy as np
 import numpy.typing as npt
@@ -23,6 +25,8 @@ from scipy.optimize import linprog
 from scipy.sparse import csc_array
 
 FloatArray = npt.NDArray[np.float64]
+
+logger = logging.getLogger(__name__)
 
 try:  # SciPy >= 1.15 ships HiGHS as this pybind11 module (private: hence the fallback)
     from scipy.optimize._highspy import _core as _highs
@@ -45,10 +49,23 @@ def row_marginals(cost: FloatArray, a_ub: FloatArray, b_ub: FloatArray, lower: F
         lower, upper: ``(n,)`` bounds of the variables (``inf`` allowed).
         fast: ``False`` solves through ``linprog`` (the reference the tests compare with).
     """
-    if not fast or _highs is None:
-        res = linprog(cost, A_ub=a_ub, b_ub=b_ub, bounds=np.column_stack([lower, upper]),
-                      method="highs")
-        return np.asarray(res.ineqlin.marginals, dtype=np.float64) if res.success else None
+    global _highs
+    if fast and _highs is not None:
+        try:
+            return _direct(cost, a_ub, b_ub, lower, upper)
+        except (AttributeError, TypeError) as exc:  # the private binding changed shape
+            logger.warning("SciPy's HiGHS binding is not as expected (%s): the stacker's "
+                           "linear programs go through linprog from now on", exc)
+            _highs = None
+    res = linprog(cost, A_ub=a_ub, b_ub=b_ub, bounds=np.column_stack([lower, upper]),
+                  method="highs")
+    return np.asarray(res.ineqlin.marginals, dtype=np.float64) if res.success else None
+
+
+def _direct(cost: FloatArray, a_ub: FloatArray, b_ub: FloatArray, lower: FloatArray,
+            upper: FloatArray) -> FloatArray | None:
+    """:func:`row_marginals` through ``scipy.optimize._highspy._core``."""
+    assert _highs is not None
     m, n = a_ub.shape
     matrix = csc_array(a_ub)  # as linprog builds it: explicit zeros dropped
     inf = float(_highs.kHighsInf)

@@ -55,6 +55,20 @@ def test_without_scipys_highs_binding_it_falls_back_to_linprog(monkeypatch) -> N
     np.testing.assert_array_equal(row_marginals(*program), expected)
 
 
+def test_a_binding_of_another_shape_falls_back_to_linprog_and_says_so(monkeypatch,
+                                                                      caplog) -> None:
+    class Elsewhere:  # a SciPy whose private module has other names
+        kHighsInf = 1e30
+
+    program = _stacking_program(5, 200, 4)
+    expected = row_marginals(*program, fast=False)
+    monkeypatch.setattr(lp, "_highs", Elsewhere())
+    with caplog.at_level("WARNING", logger="prism.forecasters.lp"):
+        np.testing.assert_array_equal(row_marginals(*program), expected)
+    assert "through linprog from now on" in caplog.text
+    assert lp._highs is None  # once: later programs go straight to linprog
+
+
 def test_prism_learns_the_same_stacker_through_linprog(monkeypatch) -> None:
     rng = np.random.default_rng(7)
     n = 12 * 144
