@@ -124,6 +124,18 @@ def test_backtest_summary_and_output(
     assert errors["seasonal_naive"] < errors["naive"]
 
 
+def test_backtest_prints_the_summary_when_no_output_is_asked_for(
+    store: tuple[str, pd.DataFrame], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the command a new user types first: no --summary, --output or --planning
+    db, _ = store
+    assert main(["--db", db, "backtest", "--models", "naive,seasonal_naive", "--series", SID,
+                 "--horizon", "6h", "--windows", "2", "-q"]) == 0
+    text = capsys.readouterr().out
+    assert "backtest: horizon 6h, 2 windows" in text
+    assert "seasonal_naive" in text and "mase" in text and "coverage_90" in text
+
+
 def test_reconciled_forecast_adds_up(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     db = str(tmp_path / "gen.duckdb")
     trace = tmp_path / "trace"

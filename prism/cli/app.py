@@ -320,8 +320,7 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
     if not args.series and not args.all:
         raise ConfigError("name series with --series (repeatable), or pass --all")
     if not args.output and not args.summary and not args.planning:
-        raise ConfigError("pass --output FILE.csv for the forecasts, --summary for the table, "
-                          "--planning for the planning backtest, or several")
+        args.summary = True  # what a backtest is run for; --output/--planning ask for others
     check_output(args.output, args.format)
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     params = _pairs(args.param, "--param")

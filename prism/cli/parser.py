@@ -228,7 +228,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="quantile levels forecast")
     output_flags(p, "write the backtest forecasts")
     p.add_argument("--summary", action="store_true", help="print the metrics per model (kept "
-                   "in the store for `prism report`)")
+                   "in the store for `prism report`; the default when neither --output nor "
+                   "--planning is given)")
     p.add_argument("--planning", action="store_true",
                    help="score the backtest as a planning backtest: one provisioned level per "
                    "series and day (and hour) from each forecast's quantiles, against the static "
