@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -134,6 +135,17 @@ def test_backtest_prints_the_summary_when_no_output_is_asked_for(
     text = capsys.readouterr().out
     assert "backtest: horizon 6h, 2 windows" in text
     assert "seasonal_naive" in text and "mase" in text and "coverage_90" in text
+    # with naive among the models: each other model against the last value, with an interval
+    assert "against the last value (naive)" in text
+    row = next(line for line in text.splitlines()
+               if "seasonal_naive" in line and "[" in line and "]" in line)
+    ratio, lo, hi = (float(x) for x in re.findall(r"\d+\.\d+", row)[:3])
+    assert lo <= ratio <= hi
+    # on a daily sine the seasonal naive beats the last value: its ratio is below 1
+    assert ratio < 1.0
+    assert main(["--db", db, "backtest", "--models", "seasonal_naive", "--series", SID,
+                 "--horizon", "6h", "--windows", "2", "-q"]) == 0
+    assert "add naive to --models" in capsys.readouterr().out
 
 
 def test_reconciled_forecast_adds_up(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -211,9 +211,10 @@ def build_parser() -> argparse.ArgumentParser:
                    output=None, format=None)
 
     p = sub.add_parser("backtest", help="rolling-origin backtest of models on stored series")
-    p.add_argument("--models", default="prism,seasonal_naive",
+    p.add_argument("--models", default="prism,seasonal_naive,naive",
                    help="comma-separated aliases; LABEL=ALIAS runs a variant under its own "
-                   "label, e.g. prism,nofloor=prism --param nofloor.use_short_floor=false")
+                   "label, e.g. prism,nofloor=prism --param nofloor.use_short_floor=false; "
+                   "with naive, the summary shows each model against the last value")
     p.add_argument("--param", action="append", metavar="[LABEL.]NAME=VALUE",
                    help="a model's hyperparameter, e.g. --param prism.use_rnn=true "
                    "(repeatable; NAME=VALUE where one model is named)")

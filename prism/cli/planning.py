@@ -62,6 +62,31 @@ def print_summary(table: pd.DataFrame, args: argparse.Namespace) -> None:
                       f"{args.horizon}, {args.windows} windows (means over windows)"))
 
 
+def print_relative(table: pd.DataFrame | None, args: argparse.Namespace,
+                   models: list[str]) -> None:
+    """Each model against the last value (``naive``): AvgRelMAE [interval], catastrophes,
+    coverage; or how to get it when ``naive`` was not backtested."""
+    import pandas as pd
+
+    say = messages(args.output)
+    if table is None:
+        if "naive" in models:  # naive alone: nothing to compare
+            return
+        say.print("add naive to --models to see each model against the last value "
+                  "(AvgRelMAE with its 95 % interval, catastrophes)", markup=False)
+        return
+    rows = pd.DataFrame({
+        "model": table["model"],
+        "AvgRelMAE [95 %]": [f"{r.avg_rel_mae:.3f} [{r.lo:.3f}, {r.hi:.3f}]"
+                             for r in table.itertuples()],
+        "catastrophes": [f"{c:.1%}" for c in table["catastrophes"]],
+        "coverage_90": table["coverage_90"].round(3),
+        "windows": table["windows"],
+    })
+    say.print(_table(rows, title="against the last value (naive): AvgRelMAE < 1 is better; "
+                     "catastrophes: windows with MAE > 2x naive's"))
+
+
 def _watts(text: str | None) -> Watts | None:
     from prism.capacity import parse_watts
 

@@ -25,6 +25,9 @@ if TYPE_CHECKING:
     from prism.forecasters import BaseForecaster
     from prism.store import Store
 
+#: The model the relative scores divide by: the last value carried forward.
+BASELINE = "naive"
+
 
 @dataclass(frozen=True)
 class ModelSpec:
@@ -185,12 +188,17 @@ class Scores:
         planning: the planning totals per plan and block
             (:func:`prism.evaluation.planning.planning_table`), if asked.
         planning_run_id: the saved run of the planning rows per series.
+        relative: with the accuracy, when ``naive`` was backtested too: per model its
+            AvgRelMAE against the last value with the bootstrap interval, the share of
+            catastrophes and the 90 % band's coverage
+            (:func:`prism.evaluation.metrics.panel_summary`).
     """
 
     accuracy: pd.DataFrame | None = None
     accuracy_run_id: str | None = None
     planning: pd.DataFrame | None = None
     planning_run_id: str | None = None
+    relative: pd.DataFrame | None = None
 
 
 def score_backtest(
@@ -217,11 +225,14 @@ def score_backtest(
     Raises:
         DataContractError / ConfigError: as :func:`prism.evaluation.planning.planning_table`.
     """
-    from prism.evaluation.metrics import summary
+    from prism.evaluation.metrics import panel_summary, summary
 
-    table, run_id = None, None
+    table, run_id, relative = None, None, None
     if accuracy:
         table = summary(backtest.frame, backtest.panel)
+        if BASELINE in backtest.models and len(backtest.models) > 1:
+            relative = panel_summary(backtest.frame, backtest.panel, baseline=BASELINE)
+            relative = relative[relative["model"] != BASELINE].reset_index(drop=True)
         params = {"models": ",".join(backtest.models), "horizon": horizon, "windows": windows,
                   "series": int(backtest.frame[SERIES_ID].nunique())}
         if backtest.variants:
@@ -231,7 +242,7 @@ def score_backtest(
     if planning:
         levels = [q for q in quantiles if q >= 0.5]
         plans, plans_id = _planning_scores(store, backtest, horizon=horizon, quantiles=levels)
-    return Scores(table, run_id, plans, plans_id)
+    return Scores(table, run_id, plans, plans_id, relative)
 
 
 def _planning_scores(store: Store, backtest: Backtest, *, horizon: str,
