@@ -11,8 +11,9 @@ options one by one; on a single-series fit that was 0.4 s of the stacker's 0.7 s
 hands HiGHS the same model with the same options (``method="highs"``: presolve on, the dual
 simplex strategy) through SciPy's own HiGHS binding, so the solution is the same bit for bit
 (``tests/forecasters/test_lp.py`` checks it against ``linprog``), and reads back only the row
-duals. Where that binding is not there, or not as expected (a SciPy of another layout), it
-falls back to ``linprog`` and says so once in the log.
+duals. Where that binding is not there (a SciPy before 1.15) it goes through ``linprog``; where
+it is there but of another shape, it says so once in the log and goes through ``linprog`` from
+then on.
 """
 
 from __future__ import annotations
