@@ -147,6 +147,10 @@ def test_report_cli_shows_plans_backtests_and_stays_self_contained(
                  "--horizon", "1d", "--windows", "3", "--summary", "--planning", "-q"]) == 0
     printed = capsys.readouterr().out
     assert "planning backtest" in printed and "static peak" in printed
+    # naive was backtested: the seasonal naive against it, as printed, is what the report keeps
+    row = next(line for line in printed.splitlines()
+               if "seasonal_naive" in line and "[" in line and "]" in line)
+    ratio = re.findall(r"\d+\.\d{3}", row)[0]
     output = tmp_path / "report.html"
     assert main(["--db", str(lab), "report", *_models(lab), "--output", str(output),
                  "--model", "naive", "--horizon", "6h"]) == 0
@@ -156,6 +160,7 @@ def test_report_cli_shows_plans_backtests_and_stays_self_contained(
     # the accuracy table of the backtest above, and its planning rows next to the references
     accuracy = html[html.index("id='accuracy'"):]
     assert "naive" in accuracy and "seasonal_naive" in accuracy and "mase" in accuracy
+    assert "avg_rel_mae" in accuracy and "catastrophes" in accuracy and ratio in accuracy
     assert "seasonal_naive p90" in html and "static peak" in html and "oracle" in html
     assert "Primitive breakdown" in html
     # nothing to fetch: every src and href is inline or an anchor

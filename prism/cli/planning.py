@@ -54,8 +54,8 @@ def print_planning(table: pd.DataFrame, title: str, console: Console = _out) -> 
 
 def print_summary(table: pd.DataFrame, args: argparse.Namespace) -> None:
     """The accuracy table (``prism backtest --summary``): one column per model."""
-    shown = [c for c in table.columns if not c.startswith("pinball_")
-             and c not in ("model", "mase_undefined", "burst_steps")]
+    shown = [c for c in table.columns if not c.startswith(("pinball_", "avg_rel_mae"))
+             and c not in ("model", "mase_undefined", "burst_steps", "catastrophes")]
     # one column per model, one row per metric: readable with many metrics
     wide = table.set_index("model")[shown].T.astype(float).round(4)
     messages(args.output).print(_table(wide.reset_index(names="metric"), title=f"backtest: horizon "

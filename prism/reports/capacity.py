@@ -56,7 +56,8 @@ from prism.track_record import TrackRecord, track_record_warnings
 
 logger = logging.getLogger(__name__)
 
-_ACCURACY_METRICS = ("mase", "mae", "rmse", "smape", "crps", "coverage_80", "coverage_90",
+_ACCURACY_METRICS = ("avg_rel_mae", "avg_rel_mae_lo", "avg_rel_mae_hi", "catastrophes",
+                     "mase", "mae", "rmse", "smape", "crps", "coverage_80", "coverage_90",
                      "under_p90", "under_p95", "under_p99", "over_p90", "over_p95")
 
 
@@ -435,7 +436,7 @@ def _accuracy_html(data: ReportData) -> str:
     out = ["<section id='accuracy'><h2>Forecast accuracy (last backtest)</h2>"]
     if data.accuracy is None or data.accuracy.empty:
         out.append("<p class='note'>No backtest saved yet: run <code>prism backtest --models "
-                   "prism,seasonal_naive --all --horizon 1d --windows 7 --summary</code> and "
+                   "prism,seasonal_naive,naive --all --horizon 1d --windows 7</code> and "
                    "regenerate the report.</p></section>")
         return "".join(out)
     if data.accuracy_note:
@@ -476,6 +477,12 @@ def _definitions_html(data: ReportData) -> str:
         "(1d or 1h), set before the day from the day-ahead forecast's quantile; idle GPU-hours "
         "= sum of max(level - actual, 0), unmet = sum of max(actual - level, 0) over the "
         "demand; saved = 1 - idle / idle of the static historical peak.</li>"
+        "<li><b>Forecast accuracy</b>: the last <code>prism backtest</code>'s means over its "
+        "windows; with <code>naive</code> among its models, <b>avg_rel_mae</b> is each "
+        "model's error against the last value carried forward (the geometric mean over "
+        "windows of the MAE ratio; below 1 is better), with its 95 % bootstrap interval over "
+        "the cutoffs (lo, hi), and <b>catastrophes</b> the share of windows with more than "
+        "twice the last value's MAE.</li>"
         "<li><b>Track record</b>: the plans PRISM served before (<code>prism capacity</code>, "
         "<code>GET /v1/capacity</code>, <code>prism report</code>; kept in the store's "
         "<code>capacity_plans</code> table), each scored once its window has passed: unmet = "

@@ -183,7 +183,9 @@ class Scores:
     """The scores of a backtest, as saved for the capacity report.
 
     Attributes:
-        accuracy: the metrics per model (:func:`prism.evaluation.metrics.summary`), if asked.
+        accuracy: the metrics per model (:func:`prism.evaluation.metrics.summary`), if asked;
+            with ``naive`` backtested too, also ``avg_rel_mae`` (with ``avg_rel_mae_lo``,
+            ``avg_rel_mae_hi``) and ``catastrophes`` against it.
         accuracy_run_id: its saved run.
         planning: the planning totals per plan and block
             (:func:`prism.evaluation.planning.planning_table`), if asked.
@@ -232,6 +234,10 @@ def score_backtest(
         table = summary(backtest.frame, backtest.panel)
         if BASELINE in backtest.models and len(backtest.models) > 1:
             relative = panel_summary(backtest.frame, backtest.panel, baseline=BASELINE)
+            # kept with the accuracy (the report shows them); the baseline's own ratio is 1
+            kept = relative.set_index("model")[["avg_rel_mae", "lo", "hi", "catastrophes"]]
+            kept = kept.rename(columns={"lo": "avg_rel_mae_lo", "hi": "avg_rel_mae_hi"})
+            table = table.join(kept, on="model")
             relative = relative[relative["model"] != BASELINE].reset_index(drop=True)
         params = {"models": ",".join(backtest.models), "horizon": horizon, "windows": windows,
                   "series": int(backtest.frame[SERIES_ID].nunique())}
