@@ -244,3 +244,29 @@ def test_far_steps_are_predicted_at_knots_and_linearly_between(monkeypatch) -> N
     monkeypatch.setattr(gbm, "_EXACT_STEPS", 288)
     short = model._forecast_many(sid, history, ends, DAY)
     np.testing.assert_array_equal(short, full[:, :DAY])
+
+
+def test_minute_steps_are_predicted_every_minute_for_an_hour_then_every_ten(
+        monkeypatch) -> None:
+    from prism.forecasters import gbm
+
+    knots = gbm._direct_knots(1440, stride=10, first=60)
+    np.testing.assert_array_equal(knots[:60], np.arange(1, 61))
+    assert (np.diff(knots[59:]) == 10).all() and knots[-1] == 1440
+    # 10-minute steps (stride 1) keep every step up to _EXACT_STEPS, as before
+    np.testing.assert_array_equal(gbm._direct_knots(144), np.arange(1, 145))
+    n = 3 * 1440
+    t = np.arange(n)
+    panel = pd.DataFrame({"series_id": "c/vc0/gpus_in_use",
+                          "ts": pd.date_range("2026-01-05", periods=n, freq="1min"),
+                          "value": 40 + 20 * np.sin(2 * np.pi * t / 1440)})
+    model = GbmForecaster(max_iter=20, max_rows=3_000, random_state=0).fit(panel)
+    history = model.history_["c/vc0/gpus_in_use"]
+    ends = np.array([n - 600, n - 300])
+    fast = model._forecast_many("c/vc0/gpus_in_use", history, ends, 300)
+    monkeypatch.setattr(gbm, "_KNOT_S", 0)  # every step predicted
+    full = model._forecast_many("c/vc0/gpus_in_use", history, ends, 300)
+    used = gbm._direct_knots(300, stride=10, first=60)
+    assert len(used) == 60 + 24  # the first hour, then 70, 80, ..., 300
+    np.testing.assert_allclose(fast[:, used - 1], full[:, used - 1], rtol=0, atol=1e-9)
+    assert not np.array_equal(fast, full)  # between the knots: linear, not the trees
