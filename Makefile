@@ -41,7 +41,7 @@ run: $(RUN_STAMP)
 	$(BIN)/prism --db $(DB) forecast cluster-0/all/gpu_demand --from-model prism \
 		--models-dir $(DEMO)/models --horizon 6h --quantiles 0.5,0.9,0.99
 	$(BIN)/prism --db $(DB) backtest --models prism,naive,seasonal_naive \
-		--series cluster-0/all/gpu_demand --horizon 1d --windows 3 --summary
+		--cluster cluster-0 --metric gpus_in_use --horizon 1d --windows 7
 	$(BIN)/prism --db $(DB) capacity --cluster cluster-0 --horizon 1d --quantile 0.95 \
 		--models-dir $(DEMO)/models
 	$(BIN)/prism --db $(DB) report --cluster cluster-0 --output $(DEMO)/report.html \

@@ -148,6 +148,40 @@ def test_backtest_prints_the_summary_when_no_output_is_asked_for(
     assert "add naive to --models" in capsys.readouterr().out
 
 
+def test_backtest_picks_a_clusters_series_of_one_metric(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = str(tmp_path / "two.duckdb")
+    t = np.arange(8 * 144)
+    rows = []
+    for cluster, metric, level in [("a", "gpus_in_use", 40.0), ("a", "jobs_submitted", 15.0),
+                                   ("b", "gpus_in_use", 80.0)]:
+        rows.append(pd.DataFrame({
+            "series_id": f"{cluster}/all/{metric}",
+            "ts": pd.date_range("2026-01-05", periods=len(t), freq="10min"),
+            "value": np.round(level + 10 * np.sin(2 * np.pi * t / 144))}))
+    samples = tmp_path / "s.csv"
+    pd.concat(rows).to_csv(samples, index=False, date_format="%Y-%m-%dT%H:%M:%S")
+    assert main(["--db", db, "ingest", str(samples), "--format", "long-csv", "-q"]) == 0
+    capsys.readouterr()
+    out = tmp_path / "bt.csv"
+    assert main(["--db", db, "backtest", "--models", "naive", "--cluster", "a", "--metric",
+                 "gpus_in_use", "--horizon", "1h", "--windows", "2", "-q",
+                 "--output", str(out)]) == 0
+    assert set(pd.read_csv(out)["series_id"]) == {"a/all/gpus_in_use"}
+    assert main(["--db", db, "backtest", "--models", "naive", "--metric", "gpus_in_use",
+                 "--horizon", "1h", "--windows", "2", "-q", "--output", str(out)]) == 0
+    assert set(pd.read_csv(out)["series_id"]) == {"a/all/gpus_in_use", "b/all/gpus_in_use"}
+    capsys.readouterr()
+    assert main(["--db", db, "backtest", "--models", "naive", "--cluster", "b", "--metric",
+                 "jobs_submitted", "--windows", "2", "-q"]) == 1
+    err = capsys.readouterr().err
+    assert "no 'jobs_submitted' series in cluster 'b'" in err and "gpus_in_use" in err
+    assert main(["--db", db, "backtest", "--models", "naive", "--cluster", "c",
+                 "--windows", "2", "-q"]) == 1
+    assert "clusters: a, b" in capsys.readouterr().err
+
+
 def test_reconciled_forecast_adds_up(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     db = str(tmp_path / "gen.duckdb")
     trace = tmp_path / "trace"

@@ -316,18 +316,21 @@ def _cmd_refit(args: argparse.Namespace) -> int:
 def _cmd_backtest(args: argparse.Namespace) -> int:
     from prism.cli.common import write_output
     from prism.usecases import evaluation as evaluation_uc
+    from prism.usecases.forecast import select_series
 
-    if not args.series and not args.all:
-        raise ConfigError("name series with --series (repeatable), or pass --all")
+    if not args.series and not args.all and not args.cluster and not args.metric:
+        raise ConfigError("name series with --series (repeatable), --cluster or --metric, or "
+                          "pass --all")
     if not args.output and not args.summary and not args.planning:
         args.summary = True  # what a backtest is run for; --output/--planning ask for others
     check_output(args.output, args.format)
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     params = _pairs(args.param, "--param")
     specs = evaluation_uc.model_specs(models, params)  # checked before the store is opened
-    series = None if args.all else args.series
     quantiles = _quantiles(args.quantiles)
     with usecases.open_store(args.db, must_exist=True) as store:
+        series = None if args.all and not (args.cluster or args.metric) else select_series(
+            store, args.series, args.cluster, args.metric)
         if _batch_mode(args):
             if args.refit != "always":
                 raise ConfigError("a batch backtest refits at every cutoff; drop --refit")

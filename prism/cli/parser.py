@@ -220,6 +220,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "(repeatable; NAME=VALUE where one model is named)")
     p.add_argument("--series", action="append", help="a series id (repeatable)")
     p.add_argument("--all", action="store_true", help="every series (too short ones skipped)")
+    p.add_argument("--cluster", action="append", metavar="CLUSTER",
+                   help="every series of this cluster (repeatable; with --series: those too)")
+    p.add_argument("--metric", help="only this metric's series of the clusters (or of every "
+                   "cluster), e.g. gpus_in_use")
     p.add_argument("--horizon", default="1d", help="a duration or a number of steps")
     p.add_argument("--windows", type=int, default=7, help="cutoffs")
     p.add_argument("--step", default=None, help="between cutoffs (default: the horizon)")

@@ -240,24 +240,36 @@ def forecast_series(
 
 
 def select_series(store: Store, series_ids: Sequence[str] | None,
-                  clusters: Sequence[str] | None) -> list[str] | None:
-    """The series named, and every series of the ``clusters`` (``prism forecast --cluster``).
+                  clusters: Sequence[str] | None, metric: str | None = None
+                  ) -> list[str] | None:
+    """The series named, and every series of the ``clusters`` (``prism forecast --cluster``),
+    of one ``metric`` if given (``prism backtest --cluster C --metric gpus_in_use``; a metric
+    without clusters: that metric's series of every cluster).
 
     Returns:
         The series ids, in the order named then by cluster, without repeats; ``None`` (all
-        series) when neither names any.
+        series) when nothing names any.
 
     Raises:
-        ConfigError: for a cluster the store has no series of (naming those it has).
+        ConfigError: for a cluster the store has no series of (naming those it has), or a
+            metric none of them has (naming those they have).
     """
     wanted = list(dict.fromkeys(series_ids or ()))
-    for cluster in dict.fromkeys(clusters or ()):
-        ids = store.list_series(cluster=cluster)[SERIES_ID].astype(str).tolist()
-        if not ids:
+    chosen: list[str | None] = list(dict.fromkeys(clusters or ()))
+    for cluster in chosen or ([None] if metric else []):
+        ids = store.list_series(cluster=cluster)
+        if cluster is not None and ids.empty:
             known = sorted(set(store.list_series()["cluster"].astype(str)))
             raise ConfigError(f"no series of cluster {cluster!r} in the store (clusters: "
                               f"{', '.join(known) or 'none'}); `prism series list` shows them")
-        wanted += [s for s in ids if s not in wanted]
+        if metric is not None:
+            metrics = sorted(set(ids["metric"].astype(str)))
+            ids = ids[ids["metric"] == metric]
+            if ids.empty:
+                where = f"cluster {cluster!r}" if cluster is not None else "the store"
+                raise ConfigError(f"no {metric!r} series in {where} (metrics: "
+                                  f"{', '.join(metrics) or 'none'})")
+        wanted += [s for s in ids[SERIES_ID].astype(str) if s not in wanted]
     return wanted or None
 
 
