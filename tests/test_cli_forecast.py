@@ -160,6 +160,10 @@ def test_backtest_picks_a_clusters_series_of_one_metric(
             "series_id": f"{cluster}/all/{metric}",
             "ts": pd.date_range("2026-01-05", periods=len(t), freq="10min"),
             "value": np.round(level + 10 * np.sin(2 * np.pi * t / 144))}))
+    # a VC that started an hour ago: too short for any window, skipped when picked by cluster
+    rows.append(pd.DataFrame({"series_id": "a/vc-new/gpus_in_use",
+                              "ts": pd.date_range("2026-01-12 23:00", periods=6, freq="10min"),
+                              "value": 8.0}))
     samples = tmp_path / "s.csv"
     pd.concat(rows).to_csv(samples, index=False, date_format="%Y-%m-%dT%H:%M:%S")
     assert main(["--db", db, "ingest", str(samples), "--format", "long-csv", "-q"]) == 0
@@ -169,6 +173,12 @@ def test_backtest_picks_a_clusters_series_of_one_metric(
                  "gpus_in_use", "--horizon", "1h", "--windows", "2", "-q",
                  "--output", str(out)]) == 0
     assert set(pd.read_csv(out)["series_id"]) == {"a/all/gpus_in_use"}
+    assert "skipped 1 series too short for 2 windows of 1h: a/vc-new/gpus_in_use" in (
+        capsys.readouterr().err)
+    # named with --series, the same short series is refused with what to do
+    assert main(["--db", db, "backtest", "--models", "naive", "--series",
+                 "a/vc-new/gpus_in_use", "--horizon", "1h", "--windows", "2", "-q"]) == 1
+    assert "pass fewer windows" in capsys.readouterr().err
     assert main(["--db", db, "backtest", "--models", "naive", "--metric", "gpus_in_use",
                  "--horizon", "1h", "--windows", "2", "-q", "--output", str(out)]) == 0
     assert set(pd.read_csv(out)["series_id"]) == {"a/all/gpus_in_use", "b/all/gpus_in_use"}

@@ -351,7 +351,16 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
                     step=args.step, quantiles=quantiles, refit=refit, params=params,
                     progress=(lambda n, total: progress("backtest", n, total)) if progress
                     else None,
+                    skip_short=not args.series,  # picked by --all/--cluster/--metric
                 )
+            skipped = sorted(set(done.panel["series_id"].astype(str))
+                             - set(done.frame["series_id"].astype(str)))
+            if skipped:
+                shown = ", ".join(skipped[:5]) + (f" and {len(skipped) - 5} more"
+                                                   if len(skipped) > 5 else "")
+                _err.print(f"note: skipped {len(skipped)} series too short for {args.windows} "
+                           f"windows of {args.horizon}: {shown} (fewer --windows or a shorter "
+                           "--horizon takes them in)", markup=False)
             if args.output:
                 where = write_output(done.frame, args.output, args.format)
                 messages(args.output).print(

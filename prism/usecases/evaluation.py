@@ -132,6 +132,7 @@ def backtest_series(
     refit: int | Literal["always"] = "always",
     params: Mapping[str, str] | None = None,
     progress: Callable[[int, int], None] | None = None,
+    skip_short: bool | None = None,
 ) -> Backtest:
     """Rolling-origin backtest of models on stored series, in memory
     (:func:`prism.evaluation.backtest.backtest`).
@@ -139,6 +140,9 @@ def backtest_series(
     Args:
         store: the store.
         series_ids: the series; all when ``None`` (those too short are then skipped).
+        skip_short: skip series too short for the windows (logged) rather than refuse;
+            default: only when ``series_ids`` is ``None`` (a series picked by cluster or
+            metric is skipped too when the caller says so).
         models: forecaster aliases, or ``LABEL=ALIAS`` (:func:`model_specs`).
         horizon / windows / step / quantiles / refit: as
             :func:`prism.evaluation.backtest.backtest`.
@@ -158,7 +162,9 @@ def backtest_series(
     panel = load_panel(store, series_ids)
     frame = backtest(forecasters, panel, horizon=horizon, windows=windows, step=step,
                      quantiles=quantiles, refit=refit,
-                     on_short="skip" if series_ids is None else "raise", progress=progress)
+                     on_short="skip" if (series_ids is None if skip_short is None
+                                         else skip_short) else "raise",
+                     progress=progress)
     variants = {s.label: {"model": s.alias, **s.params} for s in specs
                 if s.params or s.label != s.alias}
     return Backtest(frame, panel, tuple(forecasters), variants)
