@@ -372,8 +372,7 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
             store, done, horizon=args.horizon, windows=args.windows, quantiles=quantiles,
             accuracy=args.summary, planning=args.planning)
     if scores.accuracy is not None:
-        planning.print_summary(scores.accuracy, args)
-        planning.print_relative(scores.relative, args, models)
+        planning.print_summary(scores.accuracy, args, models)
     if scores.planning is not None:
         planning.print_planning(
             scores.planning, f"planning backtest ({scores.planning_run_id}): one level per "

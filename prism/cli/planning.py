@@ -52,39 +52,45 @@ def print_planning(table: pd.DataFrame, title: str, console: Console = _out) -> 
     console.print(_table(shown, title=title))
 
 
-def print_summary(table: pd.DataFrame, args: argparse.Namespace) -> None:
-    """The accuracy table (``prism backtest --summary``): one column per model."""
+def print_summary(table: pd.DataFrame, args: argparse.Namespace, models: list[str]) -> None:
+    """The accuracy table (``prism backtest --summary``): one column per model, then each
+    model against the last value (:func:`print_relative`)."""
     shown = [c for c in table.columns if not c.startswith(("pinball_", "avg_rel_mae"))
-             and c not in ("model", "mase_undefined", "burst_steps", "catastrophes")]
+             and c not in ("model", "mase_undefined", "burst_steps", "catastrophes", "compared")]
     # one column per model, one row per metric: readable with many metrics
     wide = table.set_index("model")[shown].T.astype(float).round(4)
     messages(args.output).print(_table(wide.reset_index(names="metric"), title=f"backtest: horizon "
                       f"{args.horizon}, {args.windows} windows (means over windows)"))
+    print_relative(table, args, models)
 
 
-def print_relative(table: pd.DataFrame | None, args: argparse.Namespace,
-                   models: list[str]) -> None:
-    """Each model against the last value (``naive``): AvgRelMAE [interval], catastrophes,
-    coverage; or how to get it when ``naive`` was not backtested."""
-    import pandas as pd
+def print_relative(table: pd.DataFrame, args: argparse.Namespace, models: list[str]) -> None:
+    """Each model against the last value (the accuracy's ``avg_rel_mae`` columns): AvgRelMAE
+    [interval], catastrophes, coverage; or how to get them when ``naive`` was not
+    backtested."""
+    from prism.usecases.evaluation import BASELINE
 
     say = messages(args.output)
-    if table is None:
-        if "naive" in models:  # naive alone: nothing to compare
-            return
-        say.print("add naive to --models to see each model against the last value "
-                  "(AvgRelMAE with its 95 % interval, catastrophes)", markup=False)
+    if "avg_rel_mae" not in table.columns:
+        if BASELINE not in models:  # naive alone: nothing to compare
+            say.print(f"add {BASELINE} to --models to see each model against the last value "
+                      "(AvgRelMAE with its 95 % interval, catastrophes)", markup=False)
         return
-    rows = pd.DataFrame({
-        "model": table["model"],
-        "AvgRelMAE [95 %]": [f"{r.avg_rel_mae:.3f} [{r.lo:.3f}, {r.hi:.3f}]"
-                             for r in table.itertuples()],
-        "catastrophes": [f"{c:.1%}" for c in table["catastrophes"]],
-        "coverage_90": table["coverage_90"].round(3),
-        "windows": table["windows"],
+    import pandas as pd
+
+    rows = table[table["model"] != BASELINE]
+    shown = pd.DataFrame({
+        "model": rows["model"],
+        "AvgRelMAE [95 %]": [f"{r.avg_rel_mae:.3f} [{r.avg_rel_mae_lo:.3f}, "
+                             f"{r.avg_rel_mae_hi:.3f}]" for r in rows.itertuples()],
+        "catastrophes": [f"{c:.1%}" for c in rows["catastrophes"]],
+        # no p5/p95 forecast (a batch run's quantiles, say): no coverage to show
+        "coverage_90": (rows["coverage_90"].round(3) if "coverage_90" in rows.columns
+                        else float("nan")),
+        "windows": rows["compared"],
     })
-    say.print(_table(rows, title="against the last value (naive): AvgRelMAE < 1 is better; "
-                     "catastrophes: windows with MAE > 2x naive's"))
+    say.print(_table(shown, title=f"against the last value ({BASELINE}): AvgRelMAE < 1 is "
+                     f"better; catastrophes: windows with MAE > 2x {BASELINE}'s"))
 
 
 def _watts(text: str | None) -> Watts | None:

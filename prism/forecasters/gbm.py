@@ -358,23 +358,18 @@ def feature_names() -> list[str]:
 def _direct_knots(steps: int, stride: int = 1, first: int = 0) -> IntArray:
     """The steps ahead the direct strategy predicts (``_EXACT_STEPS``, ``_KNOT_S``).
 
-    With ``stride`` 1 (steps of 10 minutes or more): every step up to ``_EXACT_STEPS``, then
-    ``_FAR_KNOTS`` knots to the last step. With a larger ``stride`` (finer steps): every step
-    up to ``first``, then every ``stride``-th up to ``_EXACT_STEPS * stride``, then the far
-    knots. The first and the last step are always knots.
+    Every step up to ``first``, then every ``stride``-th up to ``_EXACT_STEPS * stride``
+    (with ``stride`` 1, steps of 10 minutes or more: every step up to ``_EXACT_STEPS``), then
+    ``_FAR_KNOTS`` knots to the last step (every step where the rest is that short). The
+    first and the last step are always knots.
     """
     near_end = _EXACT_STEPS * stride
-    if stride <= 1:
-        if steps <= _EXACT_STEPS + _FAR_KNOTS:
-            return np.arange(1, steps + 1, dtype=np.int64)
-        near = np.arange(1, _EXACT_STEPS + 1, dtype=np.int64)
-    else:
-        top = min(steps, near_end)
-        near = np.unique(np.concatenate([
-            np.arange(1, min(first, top) + 1), np.arange(first, top + 1, stride), [1, top],
-        ]).astype(np.int64))
-        if steps <= near_end:
-            return near
+    top = min(steps, near_end)
+    near = np.unique(np.concatenate([
+        np.arange(1, min(first, top) + 1), np.arange(max(first, 1), top + 1, stride), [top],
+    ])).astype(np.int64)
+    if steps <= near_end:
+        return near
     far = np.linspace(near_end + 1, steps, _FAR_KNOTS).round().astype(np.int64)
     return np.concatenate([near, np.unique(far)])
 

@@ -190,23 +190,20 @@ class Scores:
 
     Attributes:
         accuracy: the metrics per model (:func:`prism.evaluation.metrics.summary`), if asked;
-            with ``naive`` backtested too, also ``avg_rel_mae`` (with ``avg_rel_mae_lo``,
-            ``avg_rel_mae_hi``) and ``catastrophes`` against it.
+            with ``naive`` backtested too, also each model against it
+            (:func:`prism.evaluation.metrics.panel_summary`): ``avg_rel_mae`` with its
+            bootstrap interval ``avg_rel_mae_lo`` / ``avg_rel_mae_hi``, ``catastrophes`` and
+            ``compared`` (the windows in the ratio: those where either MAE is not 0).
         accuracy_run_id: its saved run.
         planning: the planning totals per plan and block
             (:func:`prism.evaluation.planning.planning_table`), if asked.
         planning_run_id: the saved run of the planning rows per series.
-        relative: with the accuracy, when ``naive`` was backtested too: per model its
-            AvgRelMAE against the last value with the bootstrap interval, the share of
-            catastrophes and the 90 % band's coverage
-            (:func:`prism.evaluation.metrics.panel_summary`).
     """
 
     accuracy: pd.DataFrame | None = None
     accuracy_run_id: str | None = None
     planning: pd.DataFrame | None = None
     planning_run_id: str | None = None
-    relative: pd.DataFrame | None = None
 
 
 def score_backtest(
@@ -235,16 +232,17 @@ def score_backtest(
     """
     from prism.evaluation.metrics import panel_summary, summary
 
-    table, run_id, relative = None, None, None
+    table, run_id = None, None
     if accuracy:
         table = summary(backtest.frame, backtest.panel)
         if BASELINE in backtest.models and len(backtest.models) > 1:
+            # kept with the accuracy (the CLI and the report show them); naive's own ratio is 1
             relative = panel_summary(backtest.frame, backtest.panel, baseline=BASELINE)
-            # kept with the accuracy (the report shows them); the baseline's own ratio is 1
-            kept = relative.set_index("model")[["avg_rel_mae", "lo", "hi", "catastrophes"]]
-            kept = kept.rename(columns={"lo": "avg_rel_mae_lo", "hi": "avg_rel_mae_hi"})
-            table = table.join(kept, on="model")
-            relative = relative[relative["model"] != BASELINE].reset_index(drop=True)
+            kept = relative.set_index("model")[["avg_rel_mae", "lo", "hi", "catastrophes",
+                                                 "windows"]]
+            table = table.join(kept.rename(columns={
+                "lo": "avg_rel_mae_lo", "hi": "avg_rel_mae_hi", "windows": "compared"}),
+                on="model")
         params = {"models": ",".join(backtest.models), "horizon": horizon, "windows": windows,
                   "series": int(backtest.frame[SERIES_ID].nunique())}
         if backtest.variants:
@@ -254,7 +252,7 @@ def score_backtest(
     if planning:
         levels = [q for q in quantiles if q >= 0.5]
         plans, plans_id = _planning_scores(store, backtest, horizon=horizon, quantiles=levels)
-    return Scores(table, run_id, plans, plans_id, relative)
+    return Scores(table, run_id, plans, plans_id)
 
 
 def _planning_scores(store: Store, backtest: Backtest, *, horizon: str,
