@@ -200,7 +200,7 @@ class PrismForecaster(BaseForecaster):
             those did surely better on them out of sample (off by default: with the periodic
             jump regimes, turning it on gives the generated deployments a day ahead 1.007
             [0.996, 1.019] and 1.005 [0.989, 1.021] of PRISM's MAE on the two weeks of the
-            accuracy benchmark, everything else 0.995-1.001; see the README).
+            accuracy benchmark, everything else 0.995-1.001; see `evaluation/README.md`).
         use_week: a week may be the season of a series that holds two, when its last week
             predicted the next clearly better than any shorter period (``_WEEK_MARGIN``).
         use_snap: in a series whose values move in steps of one size (GPUs, replicas,
@@ -214,7 +214,7 @@ class PrismForecaster(BaseForecaster):
             one-off step, with the weights the stacker learned for them on the panel's cycles
             (on the generated deployments a day ahead, 0.964 [0.935, 0.986] and 0.963 [0.940,
             0.981] of the ungated PRISM's MAE on the two weeks of the accuracy benchmark, the
-            other panels within their intervals of 1; see the README).
+            other panels within their intervals of 1; see `evaluation/README.md`).
         use_fresh_jumps: in a series whose earlier one-point moves mostly held, a last value
             that alone moved as far as a jump does (the rolling median flags a jump one point
             later), from a value that held exactly still for the 6 h before (``_FRESH_HOLD``:
@@ -224,12 +224,12 @@ class PrismForecaster(BaseForecaster):
             its jump's regime, and the reversion candidate's target is the new level, not the
             day's median it left; the stacker's weights are learned as without it. On by
             default: it takes the hand-sized apps' catastrophe away and moves no point
-            forecast of the accuracy panels (see the README).
+            forecast of the accuracy panels (see `evaluation/README.md`).
         use_short_floor: the stacker's loss unit of a horizon block of few steps (an hourly
             series an hour ahead) is floored at a larger share of the series' mean error
             (:data:`~prism.forecasters.stacking.FLOOR_ONE_STEP`); without it, windows where
-            the last value was right by chance shrink every weight towards it (see the
-            README).
+            the last value was right by chance shrink every weight towards it (see
+            `evaluation/README.md`).
         combiner: ``"stacked"`` (meta-learner across the panel, the last value as prior) or
             ``"recent"`` (per-series weights from the last ``combiner_window``).
         stack_window: the tail of each series whose origins train the stacker (at most a

@@ -35,7 +35,7 @@ a regime whose origins did surely better (a paired one-sided test of the log rat
 their alternative regimes' weights, which were fitted without them, than under its own
 weights out of fold, sends its origins there (``redirect_``). PRISM offers alternatives only
 with ``use_redirect``, off by default (no gain since the periodic series' jumps have regimes of
-their own; see the README).
+their own; see `evaluation/README.md`).
 """
 
 from __future__ import annotations
@@ -237,7 +237,7 @@ class NaiveAnchoredStacker:
         the floor it is 0.76 (0.48). A block of 25 or more steps keeps the floor of 0.1 (an
         hour of 10-minute steps: 0.20). The full mean error as the one-step floor (0.89, 0.43
         there) also moved 10-minute series' short blocks further than the windows where the
-        last value was right allow (README, Benchmarks).
+        last value was right allow (`evaluation/README.md`, Accuracy).
         """
         floor_share = max(FLOOR_SHARE, self.floor_one_step / np.sqrt(max(hi - lo, 1)))
         err = np.abs(data.target[:, lo:hi])
