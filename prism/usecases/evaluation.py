@@ -230,14 +230,15 @@ def score_backtest(
     Raises:
         DataContractError / ConfigError: as :func:`prism.evaluation.planning.planning_table`.
     """
-    from prism.evaluation.metrics import panel_summary, summary
+    from prism.evaluation.metrics import summarize_windows, summary_and_windows
 
     table, run_id = None, None
     if accuracy:
-        table = summary(backtest.frame, backtest.panel)
+        table, per_window = summary_and_windows(backtest.frame, backtest.panel)
         if BASELINE in backtest.models and len(backtest.models) > 1:
-            # kept with the accuracy (the CLI and the report show them); naive's own ratio is 1
-            relative = panel_summary(backtest.frame, backtest.panel, baseline=BASELINE)
+            # kept with the accuracy (the CLI and the report show them); naive's own ratio is
+            # 1; the bootstrap as in ``panel_summary``
+            relative = summarize_windows(per_window, baseline=BASELINE, random_state=0)
             kept = relative.set_index("model")[["avg_rel_mae", "lo", "hi", "catastrophes",
                                                  "windows"]]
             table = table.join(kept.rename(columns={

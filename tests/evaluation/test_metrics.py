@@ -36,6 +36,7 @@ from prism.evaluation.metrics import (
     smape,
     summarize_windows,
     summary,
+    summary_and_windows,
     under_provisioning_rate,
     wape,
 )
@@ -570,6 +571,17 @@ def test_panel_summary_of_a_backtest_has_the_relative_width_and_coverage() -> No
     assert out.loc["seasonal_naive", "coverage_90"] == pytest.approx(s["coverage_90"].mean())
     assert out.loc["seasonal_naive", "width_90"] == pytest.approx(
         s["width_90"].mean() / s["mean_abs_actual"].mean())
+
+
+def test_summary_and_windows_equal_summary_and_evaluate() -> None:
+    panel = synthetic_panel(n=120)
+    frame = backtest([get_forecaster("naive"), get_forecaster("seasonal_naive")], panel,
+                     horizon=6, windows=4, step=3, quantiles=(0.05, 0.5, 0.95))
+    table, windows = summary_and_windows(frame, panel)
+    pd.testing.assert_frame_equal(table, summary(frame, panel))
+    pd.testing.assert_frame_equal(windows, evaluate(frame, panel))
+    pd.testing.assert_frame_equal(summarize_windows(windows, random_state=0),
+                                  panel_summary(frame, panel))
 
 
 # AvgRelMAE invariants: MAEs well above the floor (a thousandth of the level)

@@ -7,7 +7,8 @@ scales MASE and sets the burst threshold before each cutoff) and return tidy tab
 
 - :func:`evaluate`: one row per ``(model, series_id, cutoff)`` window;
 - :func:`by_step`: one row per ``(model, horizon_step)`` (step 1 is the first after the cutoff);
-- :func:`summary`: one row per model, the mean over its windows.
+- :func:`summary`: one row per model, the mean over its windows
+  (:func:`summary_and_windows`: it and :func:`evaluate`, the points scored once).
 
 Accuracy claims are ratios against a baseline (the last value, ``naive``), per window, over the
 per-window frame of :func:`evaluate`:
@@ -67,6 +68,7 @@ from prism.evaluation.metrics.frames import (
     evaluate,
     quantile_levels,
     summary,
+    summary_and_windows,
 )
 from prism.evaluation.metrics.relative import (
     CATASTROPHE,
@@ -112,6 +114,7 @@ __all__ = [
     "smape",
     "summarize_windows",
     "summary",
+    "summary_and_windows",
     "under_provisioning_rate",
     "wape",
 ]

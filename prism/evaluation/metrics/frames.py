@@ -143,6 +143,22 @@ def summary(
         DataContractError: as :func:`evaluate`.
         ConfigError: as :func:`evaluate`.
     """
+    return summary_and_windows(frame, panel, season=season, coverage_levels=coverage_levels,
+                               provision_levels=provision_levels,
+                               burst_percentile=burst_percentile)[0]
+
+
+def summary_and_windows(
+    frame: pd.DataFrame,
+    panel: pd.DataFrame,
+    *,
+    season: int | str = "1d",
+    coverage_levels: Sequence[float] | None = None,
+    provision_levels: Sequence[float] | None = None,
+    burst_percentile: float = 95.0,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """:func:`summary` and :func:`evaluate` of one backtest, its points scored once (for a
+    caller that needs both, e.g. the summary and :func:`summarize_windows`)."""
     points = _points(frame, panel, season=season, coverage_levels=coverage_levels,
                      provision_levels=provision_levels, burst_percentile=burst_percentile)
     windows = _windows(points)
@@ -156,7 +172,7 @@ def summary(
     out.insert(1, "series", windows.groupby(MODEL, sort=False)[SERIES_ID].nunique())
     out.insert(2, "mase_undefined", windows.groupby(MODEL, sort=False)["mase"].apply(
         lambda s: int(s.isna().sum())))
-    return out.reset_index()
+    return out.reset_index(), windows
 
 
 def _points(
