@@ -262,3 +262,18 @@ def test_refit_every_k_updates_in_between_and_matches_refitting_for_the_naive() 
     pd.testing.assert_series_equal(every["mean"], always["mean"])
     pd.testing.assert_frame_equal(every[["series_id", "ts", "cutoff", "value"]],
                                   always[["series_id", "ts", "cutoff", "value"]])
+
+
+@pytest.mark.parametrize("alias", ["naive", "seasonal_naive", "window_average"])
+def test_cheap_baselines_backtest_through_the_panel_path_to_the_same_numbers(
+        alias: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # series of different lengths: the panel path groups them by length
+    panel = make_panel({"a": 300, "b": 260, "c": 300})
+    kwargs: dict[str, Any] = {"horizon": 24, "windows": 3, "step": 12,
+                              "quantiles": (0.05, 0.5, 0.9, 0.95)}
+    assert bt.supports_panel(get_forecaster(alias))
+    fast = backtest(get_forecaster(alias), panel, **kwargs)
+    monkeypatch.setattr(bt, "supports_panel", lambda model: False)
+    slow = backtest(get_forecaster(alias), panel, **kwargs)
+    pd.testing.assert_frame_equal(fast, slow)
+    assert fast["cutoff"].nunique() >= 3 and fast["p95"].notna().all()
