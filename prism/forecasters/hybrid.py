@@ -62,6 +62,7 @@ Everything is learned on the series but its calibration tail (see
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -147,6 +148,8 @@ _N_REGIMES = 10
 #: The regime each was split from (a held regime with too few origins learns with its parent).
 _PARENTS = [_FLAT, _QUIET, _AWAY, _BACK, _AWAY, _BACK, _IDLE, _QUIET, _AWAY, _BACK]
 _COMBINERS = ("stacked", "recent")
+#: At most this many series' jumps remembered (``_events``); the memo starts over beyond.
+_EVENTS_MEMO = 4096
 #: With ``use_cycle_gate``, a series without a spectral period keeps its cycle candidates when
 #: its season's lag error is under this share of half a season's.
 _REPEAT_SHARE = 0.5
@@ -315,6 +318,10 @@ class PrismForecaster(BaseForecaster):
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update({**self._ADDED_PARAMS, **state})
 
+    def __getstate__(self) -> dict[str, Any]:
+        """The model without its memo of jumps (a cache, not something it learned)."""
+        return {k: v for k, v in self.__dict__.items() if k != "_events_memo"}
+
     @classmethod
     def test_params(cls) -> list[dict[str, Any]]:
         """Cheap settings for the conformance suite (the RNN tiny)."""
@@ -399,7 +406,20 @@ class PrismForecaster(BaseForecaster):
                                max_age=self._max_jump_age())
 
     def _events(self, y: FloatArray) -> JumpEvents:
-        return jump_events(y, **self._jump_params())
+        """The jumps of ``y``, remembered by its bytes: a fit finds those of each series up to
+        seven times (the jump tables, each series' state, the stacker's origins, the
+        calibration and the forecast), and they are a rolling median over the whole series."""
+        params = self._jump_params()
+        key = (hashlib.blake2b(np.ascontiguousarray(y, dtype=np.float64).tobytes(),
+                               digest_size=16).digest(), len(y), tuple(sorted(params.items())))
+        memo: dict[Any, JumpEvents] = self.__dict__.setdefault("_events_memo", {})
+        events = memo.get(key)
+        if events is None:  # (a local: another thread may clear the memo meanwhile)
+            events = jump_events(y, **params)
+            if len(memo) >= _EVENTS_MEMO:
+                memo.clear()
+            memo[key] = events
+        return events
 
     def _jump_table(self, values: dict[str, FloatArray]) -> JumpPersistence | None:
         if not self.use_jumps:

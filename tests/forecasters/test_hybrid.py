@@ -353,3 +353,33 @@ def test_a_model_saved_before_the_week_and_the_snap_loads_as_it_was() -> None:
         _panel({"c/all/gpus_in_use": values}))
     np.testing.assert_array_equal(loaded.predict(36, ())["mean"],
                                   unsnapped.predict(36, ())["mean"])
+
+
+def test_the_jumps_of_a_series_are_found_once_and_not_saved(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import pickle
+
+    import prism.forecasters.hybrid as hybrid
+
+    values = np.r_[np.full(144 * 5, 10.0), np.full(144 * 4, 30.0)]
+    calls: list[int] = []
+    found = hybrid.jump_events
+
+    def counted(y: np.ndarray, **kwargs: int) -> object:
+        calls.append(len(y))
+        return found(y, **kwargs)
+
+    monkeypatch.setattr(hybrid, "jump_events", counted)
+    model = PrismForecaster(**NO_RNN).fit(_panel({"c/all/gpus_in_use": values}))
+    forecast = model.predict(36, (0.1, 0.9))
+    # each distinct history once (the whole series, the part before the stacking tail, ...)
+    assert len(calls) == len(set(calls))
+    y = values.copy()
+    assert model._events(y) is model._events(y.copy())
+    y[-1] = 60.0  # another series: its own jumps
+    assert model._events(y) is not model._events(values)
+    blob = pickle.dumps(model)
+    assert b"_events_memo" not in blob
+    again = pickle.loads(blob)
+    assert "_events_memo" not in again.__dict__
+    pd.testing.assert_frame_equal(again.predict(36, (0.1, 0.9)), forecast)
