@@ -298,22 +298,32 @@ class JumpPersistence:
         k = np.arange(1, self.steps + 1)
         probe_ages = sorted({max(1, int(round(h * 3600 / self.step_s))) for h in
                              (0.5, 2.0, 4.5, 9.0, 18.0)} | {1})
+        ages = np.array([a for a in probe_ages if a <= self.max_age], dtype=np.int64)
         for y, ev in series:
             n = len(y)
-            for o, f, b, wk in zip(ev.onset, ev.first, ev.base, ev.week_level, strict=True):
-                for age in probe_ages:
-                    t = int(o) + age  # the jump seen at step t (its last known point)
-                    if t < f or t >= n - 1 or age > self.max_age:
-                        continue
-                    jump = y[t] - b
-                    if abs(jump) < 1e-9 or abs(jump) < 2 * 1e-3 * (abs(b) + 1):
-                        continue
-                    d = int(direction_of(np.array([y[t]]), np.array([b]), np.array([wk]))[0])
-                    future = y[np.minimum(t + k, n - 1)]
-                    r = np.clip((future - b) / jump, 0.0, 1.25)
-                    r[t + k >= n] = np.nan  # steps past the end are unknown
-                    a = int(age_bin(np.array([float(age)]), self.step_s)[0])
-                    ratios[d * n_age + a].append(r)
+            if not len(ev.onset) or not len(ages):
+                continue
+            # every (jump, probe age) pair at once: the jump seen at step t (its last known
+            # point), the share of it left k steps later
+            age = np.tile(ages, len(ev.onset))
+            t = np.repeat(np.asarray(ev.onset, dtype=np.int64), len(ages)) + age
+            first = np.repeat(np.asarray(ev.first, dtype=np.int64), len(ages))
+            b = np.repeat(np.asarray(ev.base, dtype=np.float64), len(ages))
+            wk = np.repeat(np.asarray(ev.week_level, dtype=np.float64), len(ages))
+            ok = (t >= first) & (t < n - 1)
+            t, age, b, wk = t[ok], age[ok], b[ok], wk[ok]
+            jump = y[t] - b
+            ok = ~((np.abs(jump) < 1e-9) | (np.abs(jump) < 2 * 1e-3 * (np.abs(b) + 1)))
+            t, age, b, wk, jump = t[ok], age[ok], b[ok], wk[ok], jump[ok]
+            if not len(t):
+                continue
+            dirs = direction_of(y[t], b, wk)
+            ahead = t[:, None] + k[None, :]
+            r = np.clip((y[np.minimum(ahead, n - 1)] - b[:, None]) / jump[:, None], 0.0, 1.25)
+            r[ahead >= n] = np.nan  # steps past the end are unknown
+            group = dirs * n_age + age_bin(age.astype(np.float64), self.step_s)
+            for g in np.unique(group):
+                ratios[int(g)].extend(r[group == g])
         self.table_ = np.ones((n_dir, n_age, self.steps))
         self.count_ = np.zeros((n_dir, n_age), dtype=np.int64)
         for idx, rows in enumerate(ratios):
