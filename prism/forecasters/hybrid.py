@@ -406,12 +406,12 @@ class PrismForecaster(BaseForecaster):
                                max_age=self._max_jump_age())
 
     def _events(self, y: FloatArray) -> JumpEvents:
-        """The jumps of ``y``, remembered by its bytes: a fit finds those of each series up to
-        seven times (the jump tables, each series' state, the stacker's origins, the
+        """The jumps of ``y``, remembered by its bytes: a fit asks for those of each whole
+        series five times (the jump table, the series' state, the stacker's origins, the
         calibration and the forecast), and they are a rolling median over the whole series."""
         params = self._jump_params()
         key = (hashlib.blake2b(np.ascontiguousarray(y, dtype=np.float64).tobytes(),
-                               digest_size=16).digest(), len(y), tuple(sorted(params.items())))
+                               digest_size=16).digest(), tuple(sorted(params.items())))
         memo: dict[Any, JumpEvents] = self.__dict__.setdefault("_events_memo", {})
         events = memo.get(key)
         if events is None:  # (a local: another thread may clear the memo meanwhile)

@@ -159,12 +159,12 @@ def backtest_series(
 
     specs = model_specs(models, params)
     forecasters = {spec.label: spec.forecaster() for spec in specs}
+    if skip_short is None:
+        skip_short = series_ids is None
     panel = load_panel(store, series_ids)
     frame = backtest(forecasters, panel, horizon=horizon, windows=windows, step=step,
                      quantiles=quantiles, refit=refit,
-                     on_short="skip" if (series_ids is None if skip_short is None
-                                         else skip_short) else "raise",
-                     progress=progress)
+                     on_short="skip" if skip_short else "raise", progress=progress)
     variants = {s.label: {"model": s.alias, **s.params} for s in specs
                 if s.params or s.label != s.alias}
     return Backtest(frame, panel, tuple(forecasters), variants)
