@@ -34,10 +34,13 @@ within capacity, ``E[min(D, c)]``) times the busy draw (:class:`Watts`, default 
 300 W busy, a V100/A100-class board; pass the hardware's figures).
 
 **Sizing.** A scope needs the peak over the window of its GPUs in use (``gpus_in_use``) at the
-planning quantile, plus a *queue allowance*: the mean over the window of the mean forecast of its
-queued GPUs (``gpus_pending``, or ``gpu_demand`` minus ``gpus_in_use``), at most the queue's
-peak over recent history. The queue is never added at an upper quantile: queued jobs start as
-GPUs free up, they are not one spike on top of the in-use peak. Each row says so in ``reason``.
+planning quantile, raised where it is lower to the *day-kind floor* (what the last 24 h and the
+latest complete day of the same kind, weekday or weekend, used: Monday is sized for the Friday
+before; :mod:`prism.day_kind`), plus a *queue allowance*: the mean over the window of the
+mean forecast of its queued GPUs (``gpus_pending``, or ``gpu_demand`` minus ``gpus_in_use``),
+at most the queue's peak over recent history. The queue is never added at an upper quantile:
+queued jobs start as GPUs free up, they are not one spike on top of the in-use peak. Each row
+says so in ``reason``.
 
 **Advice.** VCs short at the quantile borrow the spare GPUs of the others first (:class:`Move`:
 "lend 40 GPUs from vc-he9 to vc-27a for the next 24 h"); only what no VC can lend is *added*,
@@ -66,6 +69,7 @@ from prism.capacity_inputs import (
     read_capacity_table,
     read_reservations,
 )
+from prism.day_kind import FLOOR, FLOOR_FROM
 from prism.errors import ConfigError, DataContractError
 from prism.schema import ALL_SCOPE, GPU_TYPE_PREFIX, SERIES_ID, TS, split_series_id
 
@@ -579,6 +583,32 @@ def _queue_allowance(queue: pd.DataFrame | None, scope: str, growth: float,
                   f"at most the recent queue peak{'' if peak is None else f' {peak:,.1f}'})")
 
 
+def _floored(level: FloatArray, floor: pd.DataFrame | None, series_id: str,
+             ts: pd.DatetimeIndex, growth: float, reserved: FloatArray
+             ) -> tuple[FloatArray, str]:
+    """``level`` raised to the day-kind floor of its steps (times ``growth``, plus what the
+    reservations add there), and the reason's words for it (empty where the floor does not
+    raise the peak)."""
+    if floor is None:
+        return level, ""
+    mine = floor[floor[SERIES_ID] == series_id]
+    if mine.empty:
+        return level, ""
+    at = pd.DatetimeIndex(mine[TS])
+    lows = pd.Series(mine[FLOOR].to_numpy(dtype=np.float64), index=at).reindex(ts).to_numpy()
+    lows = lows * growth + reserved
+    raised = np.fmax(level, lows)
+    if not raised.max() > level.max() + _EPS:
+        return raised, ""
+    where = pd.Series(mine[FLOOR_FROM].to_numpy(), index=at).reindex(ts).to_numpy()
+    source = where[int(np.nanargmax(lows))]
+    grown = "" if growth == 1.0 else f" times the growth {growth:g}"
+    grown += " plus the reservations" if reserved.any() else ""
+    return raised, (f", raised to {raised.max():,.1f} by the day-kind floor (the peak of "
+                    f"{source}{grown}: a plan is at least what the latest day of its kind, "
+                    "weekday or weekend, used)")
+
+
 def plan_capacity(
     forecast: pd.DataFrame,
     capacity: Mapping[str, float | None],
@@ -593,6 +623,7 @@ def plan_capacity(
     queue: pd.DataFrame | None = None,
     queue_peak: Mapping[str, float] | None = None,
     scope_quantiles: Mapping[str, float] | None = None,
+    floor: pd.DataFrame | None = None,
 ) -> CapacityPlan:
     """Plan each scope's capacity from its quantile forecast (see the module docstring).
 
@@ -618,6 +649,9 @@ def plan_capacity(
         queue_peak: scope -> the peak of its queue over recent history (caps the allowance).
         scope_quantiles: scope -> its own planning quantile (e.g. chosen from the planning
             backtest); the others plan at ``quantile``.
+        floor: ``series_id, ts, floor, floor_from``: the least GPUs in use to size each step
+            for (:func:`prism.day_kind.day_kind_floor`: what the latest day of its kind used),
+            times ``growth``; the quantile's level is raised to it where it is lower.
 
     Returns:
         The :class:`CapacityPlan`.
@@ -664,14 +698,16 @@ def plan_capacity(
         allowance, why_queue = _queue_allowance(queue, scope, growth,
                                                 (queue_peak or {}).get(scope))
         values = raw + allowance
-        in_use = quantile_at(levels, raw, q)
+        ts = pd.DatetimeIndex(group[TS].to_numpy())
+        forecast_q = quantile_at(levels, raw, q)
+        in_use, why_floor = _floored(forecast_q, floor, str(sid), ts, growth,
+                                     group["reserved"].to_numpy(dtype=np.float64))
         needed = in_use + allowance
         cap = capacity.get(scope)
         cap = None if cap is None or not math.isfinite(float(cap)) else float(cap)
         demand = expected_value(levels, values)
         p_exceed = (exceed_probability(levels, values, cap) if cap is not None
                     else np.full(len(group), np.nan))
-        ts = pd.DatetimeIndex(group[TS].to_numpy())
         figures: dict[str, float | None] = dict.fromkeys(
             ("shortfall_gpu_hours", "idle_gpu_hours", "queue_risk", "queue_hours",
              "idle_energy_kwh", "busy_energy_kwh"))
@@ -686,8 +722,8 @@ def plan_capacity(
                            busy_energy_kwh=max(busy, 0.0) * watts.busy / 1000.0)
         what = "GPUs in use" if metric != "gpu_demand" else "demand (no gpus_in_use series)"
         peak = float(needed.max())
-        reason = (f"p{round(q * 100, 6):g} of {what} peaks at {float(in_use.max()):,.1f}"
-                  f" + {why_queue} = {peak:,.1f} needed")
+        reason = (f"p{round(q * 100, 6):g} of {what} peaks at {float(forecast_q.max()):,.1f}"
+                  f"{why_floor} + {why_queue} = {peak:,.1f} needed")
         if cap is not None:
             reason += f"; capacity {cap:,.1f}: headroom {cap - peak:+,.1f}"
         sized.append(dict(

@@ -324,12 +324,15 @@ class PrismClient:
         model: str | None = None,
         max_unmet: float | str | None = None,
         record: bool = True,
+        day_floor: bool = True,
     ) -> tuple[list[CapacityRow], list[CapacityMove]]:
         """The capacity rows and the moves between VCs that come before any purchase
-        (``record=False``: the server does not keep the plan for its track record)."""
+        (``record=False``: the server does not keep the plan for its track record;
+        ``day_floor=False``: sized at the forecast's quantile alone)."""
         data = self._capacity(cluster, scope=scope, horizon=horizon, quantile=quantile,
                               model=model, max_unmet=max_unmet,
-                              record=None if record else "false")
+                              record=None if record else "false",
+                              day_floor=None if day_floor else "false")
         return ([CapacityRow.from_json(r) for r in data["rows"]],
                 [CapacityMove(**{k: m[k] for k in CapacityMove.__dataclass_fields__})
                  for m in data.get("moves", [])])
@@ -362,12 +365,15 @@ class PrismClient:
 
     def capacity_report(self, *, cluster: str | None = None, horizon: str = "1d",
                         quantile: float = 0.95, model: str | None = None,
-                        record: bool = True) -> str:
+                        record: bool = True, day_floor: bool = True) -> str:
         """The capacity report (one self-contained HTML page), as ``prism report``
-        (``record=False``: the server does not keep its plan for the track record)."""
+        (``record=False``: the server does not keep its plan for the track record;
+        ``day_floor=False``: plans sized at the forecast's quantile alone)."""
         query = {"horizon": horizon, "quantile": f"{quantile:g}"}
         if not record:
             query["record"] = "false"
+        if not day_floor:
+            query["day_floor"] = "false"
         if cluster:
             query["cluster"] = cluster
         if model:

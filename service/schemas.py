@@ -379,6 +379,9 @@ class CapacityQuery(BaseModel):
         json_schema_extra={"examples": [0.003]})
     record: bool = Field(default=True, description="keep the served plan in the store for "
                          "the report's track record (false: a what-if)")
+    day_floor: bool = Field(default=True, description="size each scope at least for what the "
+                            "latest day of its kind (weekday or weekend) and the last 24 h used "
+                            "(false: the forecast's quantile alone)")
 
     @field_validator("max_unmet", mode="before")
     @classmethod
@@ -622,6 +625,7 @@ class ReportQuery(BaseModel):
     model: ModelAlias | None = None
     record: bool = Field(default=True, description="keep the served plan in the store for "
                          "the report's track record (false: a what-if)")
+    day_floor: bool = Field(default=True, description="as `GET /v1/capacity`'s")
 
 
 # -- ingest -------------------------------------------------------------------------------------

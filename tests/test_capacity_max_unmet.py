@@ -79,18 +79,23 @@ def test_the_cheapest_quantile_within_the_target_per_scope(tmp_path: Path) -> No
         source = HandForecasts({"lab/vc-a/gpus_in_use": ([20.0, 30.0, 25.0], 10.0),
                                 "lab/vc-b/gpus_in_use": ([10.0, 12.0, 11.0], 10.0),
                                 "lab/all/gpus_in_use": ([30.0, 42.0, 36.0], 10.0)})
-        choice = choose_cluster_quantiles(store, "lab", source, max_unmet=0.003)
+        # these rows stand for a backtest whose plans were the quantiles alone
+        choice = choose_cluster_quantiles(store, "lab", source, max_unmet=0.003,
+                                          day_floor=False)
+        # plans sized at least at the day-kind floor do not take it (too short to replay)
+        floored = choose_cluster_quantiles(store, "lab", source, max_unmet=0.003)
         plan = plan_cluster_capacity(store, "lab", source, horizon="1d", quantile=0.95,
-                                     choice=choice)
+                                     choice=choice, day_floor=False)
         # the same through max_unmet (the report's way)
         again = plan_cluster_capacity(store, "lab", source, horizon="1d", quantile=0.95,
-                                      max_unmet=0.003)
+                                      max_unmet=0.003, day_floor=False)
     chosen = {c.scope: c for c in choice.rows}
     assert {s: c.quantile for s, c in chosen.items()} == {"vc-a": 0.9, "vc-b": 0.99, "all": 0.5}
     assert chosen["vc-a"].meets_target and chosen["vc-a"].unmet_share == pytest.approx(0.002)
     assert chosen["vc-b"].meets_target is False
     assert "no quantile keeps the unmet share within 0.3 %" in chosen["vc-b"].text
     assert all(c.basis.startswith("saved run") for c in choice.rows)
+    assert {c.basis for c in floored.rows} == {"none"}
     rows = {r.scope: r for r in plan.rows}
     assert rows["vc-a"].quantile == 0.9
     assert rows["vc-a"].in_use_needed == pytest.approx(30 + 10 * 0.4)

@@ -19,6 +19,7 @@ from prism import usecases
 from prism.capacity import DISTRIBUTION_LEVELS, plan_capacity
 from prism.cli import main
 from prism.config import Settings
+from prism.day_kind import day_kind_floor
 from prism.evaluation.planning import ORACLE, STATIC, YESTERDAY, planning_backtest
 from prism.reports.capacity import ClusterSection, ReportData, render_html
 from prism.reports.tables import TOTAL_FIELDS
@@ -73,7 +74,7 @@ def _capacity_json(db: Path, capsys: pytest.CaptureFixture[str], *extra: str) ->
 
 def test_capacity_cli_plans_the_forecast_prism_forecast_writes(
         lab: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    plan = _capacity_json(lab, capsys, "--steps")
+    plan = _capacity_json(lab, capsys, "--steps", "--no-day-floor")
     rows = {r["scope"]: r for r in plan["rows"]}
     assert set(rows) == {"vc1", "vc2"}
     assert (rows["vc1"]["capacity"], rows["vc1"]["capacity_source"]) == (40.0, "store")
@@ -93,6 +94,22 @@ def test_capacity_cli_plans_the_forecast_prism_forecast_writes(
             assert got[field] == pytest.approx(getattr(row, field), rel=1e-6, abs=1e-9), field
         assert len(got["steps"]) == 36
         assert got["steps"][0]["ts"].startswith("2026-01-14")
+    # by default each step is sized at least at its day-kind floor, from the history
+    with usecases.open_store(lab) as store:
+        history = store.load_panel(sorted(set(fc["series_id"])), end=fc["ts"].min())
+    steps = fc[["series_id", "ts"]].assign(cutoff=fc["ts"].min() - pd.Timedelta("10min"))
+    floor = day_kind_floor(history, steps, freq_s=600)
+    assert floor["floor"].notna().all()
+    floored = plan_capacity(fc, {"vc1": 40.0, "vc2": 25.0}, quantile=0.9, freq_s=600,
+                            floor=floor)
+    default = {r["scope"]: r for r in _capacity_json(lab, capsys, "--steps")["rows"]}
+    for row in floored.rows:
+        got = default[row.scope]
+        assert got["gpus_needed"] == pytest.approx(row.gpus_needed, rel=1e-6)
+        assert got["gpus_needed"] >= rows[row.scope]["gpus_needed"] - 1e-9
+        assert got["reason"] == row.reason
+        lows = floor.loc[floor["series_id"] == row.series_id, "floor"].max()
+        assert got["in_use_needed"] == pytest.approx(max(lows, rows[row.scope]["in_use_needed"]))
     assert main(["--db", str(lab), "capacity", *_models(lab), "--cluster", "lab", "--horizon", "6h",
                  "--model", "naive"]) == 0
     table = capsys.readouterr().out

@@ -2,17 +2,20 @@
 
     python -m evaluation.benchmarks.planning [--models prism,naive,...] [--days 7]
         [--quantiles 0.5,0.8,0.9,0.925,0.95,0.975,0.99] [--headroom 0.05,0.1,...] [--blocks 1d,1h]
-        [--max-unmet 0.003] [--no-cap]
+        [--max-unmet 0.003] [--no-cap] [--no-floor]
 
 Each VC's ``gpus_in_use`` (10 min) is replayed over the last ``days`` days: every day each
 model is fitted on the data before it and forecasts it (day-ahead, quantiles), and the VC is
 provisioned at one level per day (block ``1d``) or per hour (``1h``): the peak of the
-forecast's quantile over the block, capped at the VC's capacity (the ``gpu_capacity``
-samples). The references are the static historical peak, yesterday's peak (and, hourly, the
-same hour yesterday), yesterday's peak with margins (``--headroom``: the simple rule's own
-trade-off) and the oracle (each block's actual peak). Definitions:
-:mod:`prism.evaluation.planning`. Prints the table and writes ``evaluation/results/planning.csv``
-and ``planning.json``, the saved-vs-unmet frontier of each plan family
+forecast's quantile over the block, at least the day-kind peak (:mod:`prism.day_kind`: the
+larger of yesterday's peak and the latest complete day of the planned day's kind, weekday or
+weekend, as ``prism capacity`` sizes; ``--no-floor``: the quantile alone), capped at the VC's
+capacity (the ``gpu_capacity`` samples). The references are the static historical peak,
+yesterday's peak (and, hourly, the same hour yesterday), the day-kind peak, yesterday's peak
+with margins (``--headroom``: the simple rule's own trade-off) and the oracle (each block's
+actual peak). Definitions: :mod:`prism.evaluation.planning`. Prints the table and writes
+``evaluation/results/planning.csv`` and ``planning.json``, the saved-vs-unmet frontier of
+each plan family
 (``planning_frontier.csv`` and ``.png``) and, in the JSON's ``target``, the share saved at
 most ``--max-unmet`` of demand unmet: PRISM at the quantile the backtest chooses (one for all
 VCs, and one per VC, chosen on these same days and so optimistic), yesterday's peak at its
@@ -36,7 +39,7 @@ MODELS = "prism,naive,seasonal_naive,time_of_day_quantile,ets,theta,gbm"
 HEADROOM = "0.05,0.1,0.15,0.2,0.3,0.5"
 #: The families drawn on the frontier plot (the CSV has them all).
 PLOTTED = {"prism": "#2f6db5", "seasonal_naive": "#8e44ad", "naive": "#7f8c8d",
-           "yesterday's peak": "#e67e22", "oracle": "#27ae60"}
+           "yesterday's peak": "#e67e22", "day-kind peak": "#c0392b", "oracle": "#27ae60"}
 
 
 def helios_panel(traces: Path = TRACES) -> tuple[pd.DataFrame, dict[str, float]]:
@@ -68,6 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--blocks", default="1d,1h")
     parser.add_argument("--max-unmet", type=float, default=0.003)
     parser.add_argument("--no-cap", action="store_true", help="do not cap at capacity")
+    parser.add_argument("--no-floor", action="store_true",
+                        help="size the models' plans at their quantile alone (no day-kind floor)")
     parser.add_argument("--traces", type=Path, default=TRACES)
     parser.add_argument("--output", type=Path, default=RESULTS / "planning")
     args = parser.parse_args(argv)
@@ -87,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     result = planning_backtest(None, panel, days=args.days, quantiles=quantiles,
                                capacity=None if args.no_cap else capacity, blocks=blocks,
                                frame=pd.concat(frames, ignore_index=True) if frames else None,
-                               headroom=headroom)
+                               headroom=headroom, floor=not args.no_floor)
     table = result.table
     shown = table.drop(columns=["model", "quantile"]).copy()
     for col in ("idle_gpu_hours", "unmet_gpu_hours", "demand_gpu_hours"):
@@ -102,12 +107,14 @@ def main(argv: list[str] | None = None) -> int:
     stem = args.output.with_name(args.output.name + "_frontier")
     frontier.to_csv(stem.with_suffix(".csv"), index=False)
     plot_frontier(frontier, stem.with_suffix(".png"), max_unmet=args.max_unmet,
-                  series=int(panel["series_id"].nunique()), days=args.days)
+                  series=int(panel["series_id"].nunique()), days=args.days,
+                  floor=not args.no_floor)
     target = measure_target(table, result.by_series, frontier, max_unmet=args.max_unmet)
     print(json.dumps(target, indent=1))
     args.output.with_suffix(".json").write_text(json.dumps({
         "series": int(panel["series_id"].nunique()), "days": args.days,
-        "capped_at_capacity": not args.no_cap, "headroom": headroom, "seconds": seconds,
+        "capped_at_capacity": not args.no_cap, "day_kind_floor": not args.no_floor,
+        "headroom": headroom, "seconds": seconds,
         "target": target, "rows": json.loads(table.to_json(orient="records"))}, indent=1))
     print(f"wrote {args.output.with_suffix('.csv')}, .json and {stem.with_suffix('.csv')}, .png")
     return 0
@@ -119,6 +126,7 @@ def measure_target(table: pd.DataFrame, by_series: pd.DataFrame, frontier: pd.Da
     backtest chooses (for all series at once, and per series), yesterday's peak at its cheapest
     margin meeting it, the oracle; and whether each model beats yesterday's peak."""
     from prism.evaluation.planning import (
+        DAY_KIND,
         ORACLE,
         YESTERDAY,
         aggregate_plans,
@@ -150,9 +158,11 @@ def measure_target(table: pd.DataFrame, by_series: pd.DataFrame, frontier: pd.Da
                 "series_meeting_target": int(chosen["meets_target"].sum()),
                 "saved_share": _num(total["saved_share"].iloc[0]),
                 "unmet_share": _num(total["unmet_share"].iloc[0])}
-        versus = versus_reference(table[table["block"] == block], "prism", reference=YESTERDAY)
-        if not versus.empty:
-            entry["prism beats yesterday's peak"] = bool(versus["beats"].iloc[0])
+        for reference in (YESTERDAY, DAY_KIND):
+            versus = versus_reference(table[table["block"] == block], "prism",
+                                      reference=reference)
+            if not versus.empty:
+                entry[f"prism beats {reference}"] = bool(versus["beats"].iloc[0])
         oracle = rows[rows["family"] == ORACLE]
         if not oracle.empty:
             entry[ORACLE] = {"saved_share": _num(oracle["saved_share"].iloc[0]),
@@ -162,7 +172,7 @@ def measure_target(table: pd.DataFrame, by_series: pd.DataFrame, frontier: pd.Da
 
 
 def plot_frontier(frontier: pd.DataFrame, path: Path, *, max_unmet: float, series: int,
-                  days: int) -> None:
+                  days: int, floor: bool = True) -> None:
     """Saved share against unmet share, one panel per block, one line per plan family."""
     import matplotlib
 
@@ -182,7 +192,8 @@ def plot_frontier(frontier: pd.DataFrame, path: Path, *, max_unmet: float, serie
             if len(points) == 1:
                 ax.scatter(x, y, marker="*", s=120, color=color, label=family, zorder=3)
                 continue
-            ax.plot(x, y, marker="o", ms=4, color=color, label=family)
+            ax.plot(x, y, marker="o", ms=4, color=color, label=family,
+                    zorder=4 if family == "prism" else 2)  # over naive's where they agree
             for _, p in points.iterrows():
                 if family == "prism" or family == "yesterday's peak":
                     tag = (f"p{p['setting'] * 100:g}" if family == "prism"
@@ -196,8 +207,8 @@ def plot_frontier(frontier: pd.DataFrame, path: Path, *, max_unmet: float, serie
         ax.set_xlabel("unmet demand (% of GPU-hours demanded)")
         ax.set_ylabel("idle GPU-hours saved vs static peak (%)")
         name = {"1d": "daily", "1h": "hourly"}.get(str(block), str(block))
-        ax.set_title(f"{name} levels, {series} VCs x {days} days",
-                     fontsize=10)
+        floored = ", models' plans at least the day-kind peak" if floor else ""
+        ax.set_title(f"{name} levels, {series} VCs x {days} days{floored}", fontsize=9)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     fig.tight_layout()

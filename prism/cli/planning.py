@@ -158,12 +158,13 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
         if max_unmet is not None:
             choice = choose_cluster_quantiles(
                 store, args.cluster, source, max_unmet=max_unmet, horizon=args.horizon,
-                fallback=args.quantile, capacity_table=capacities, progress=bar)
+                fallback=args.quantile, capacity_table=capacities, progress=bar,
+                day_floor=not args.no_day_floor)
         plan = plan_cluster_capacity(
             store, args.cluster, source, scope=args.scope, horizon=args.horizon,
             quantile=args.quantile, capacity_table=capacities, reservations=reservations,
             growth=args.growth, watts=_watts(args.watts_per_gpu), choice=choice,
-            progress=bar, record=None if args.no_record else "cli")
+            progress=bar, record=None if args.no_record else "cli", day_floor=not args.no_day_floor)
         if args.procurement is not None:
             procurement = plan_cluster_procurement(
                 store, args.cluster, scope=args.scope, horizon=args.procurement,
@@ -297,6 +298,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
             store, source, clusters=args.cluster, horizon=args.horizon,
             quantile=args.quantile, capacity_table=capacities, watts=_watts(args.watts_per_gpu),
             output=args.output, pdf=args.pdf, max_unmet=max_unmet, record=not args.no_record,
+            day_floor=not args.no_day_floor,
             # its stages, counted on one bar
             progress=(lambda _stage, done, n: bar("report", done, n)) if bar else None)
     _notes(source)
@@ -368,6 +370,10 @@ def _plan_flags(p: argparse.ArgumentParser) -> None:
                    "(--quantile is then the fallback of a scope without a backtest)")
     p.add_argument("--no-record", action="store_true",
                    help="do not keep the plan in the store for the report's track record")
+    p.add_argument("--no-day-floor", action="store_true",
+                   help="size at the forecast's quantile alone; by default a scope gets at "
+                   "least what the latest day of its kind (weekday or weekend) and the last "
+                   "24 h used: Monday is sized for the Friday before, not for Sunday")
     _model_flags(p)
 
 

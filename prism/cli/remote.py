@@ -169,15 +169,16 @@ def run_capacity(args: argparse.Namespace, info: ServerInfo) -> int:
             or getattr(args, "refit", False) or getattr(args, "models_dir", None)
             or getattr(args, "procurement", None)):
         raise ConfigError("through the server, `prism capacity` takes --scope, --horizon, "
-                          "--quantile, --max-unmet, --no-record and --model (the server's own "
-                          "saved models); stop the server for the other options (the "
-                          "procurement plan: GET /v1/capacity?procurement=30d)")
+                          "--quantile, --max-unmet, --no-record, --no-day-floor and --model "
+                          "(the server's own saved models); stop the server for the other "
+                          "options (the procurement plan: GET /v1/capacity?procurement=30d)")
     with _client(info) as client:
         rows, moves = client.capacity_plan(args.cluster, scope=args.scope,
                                            horizon=args.horizon, quantile=args.quantile,
                                            model=args.model,
                                            max_unmet=getattr(args, "max_unmet", None),
-                                           record=not getattr(args, "no_record", False))
+                                           record=not getattr(args, "no_record", False),
+                                           day_floor=not getattr(args, "no_day_floor", False))
     frame = pd.DataFrame([vars(r) for r in rows])
     if args.json:
         records = json.loads(frame.to_json(orient="records", date_format="iso"))
@@ -211,14 +212,15 @@ def run_report(args: argparse.Namespace, info: ServerInfo) -> int:
             or getattr(args, "refit", False) or getattr(args, "models_dir", None)
             or getattr(args, "max_unmet", None) is not None):
         raise ConfigError("through the server, `prism report` takes one --cluster, --horizon,"
-                          " --quantile, --no-record and --model; stop the server for the "
-                          "other options")
+                          " --quantile, --no-record, --no-day-floor and --model; stop the "
+                          "server for the other options")
     path = output_path(args.output, (".html", ".htm"))
     with _client(info) as client:
         page = client.capacity_report(cluster=args.cluster[0] if args.cluster else None,
                                       horizon=args.horizon, quantile=args.quantile,
                                       model=args.model,
-                                      record=not getattr(args, "no_record", False))
+                                      record=not getattr(args, "no_record", False),
+                                      day_floor=not getattr(args, "no_day_floor", False))
     path.write_text(page, encoding="utf-8")
     out.print(f"wrote {path} (from {info.url})")
     return 0

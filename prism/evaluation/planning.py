@@ -10,11 +10,15 @@ the window starts. The plans compared:
 ``yesterday's peak``        the peak of the ``horizon`` just before the cutoff (the previous
                             day), for every block of the window
 ``same block yesterday``    the peak of the same block one ``horizon`` earlier (hourly plans)
+``day-kind peak``           the larger of yesterday's peak and the peak of the latest complete
+                            day of the planned day's kind, weekday or weekend
+                            (:mod:`prism.day_kind`): Monday is sized for the Friday before
 ``oracle``                  the block's actual peak: perfect knowledge, the limit of the block
 ``yesterday's peak +<h>%``  yesterday's peak with a ``h`` % margin (``headroom``): the simple
                             rule's own saved-vs-unmet trade-off
 ``<model> p<q>``            the peak over the block of the model's day-ahead ``q``-quantile
-                            forecast
+                            forecast, at least the day-kind peak (``floor``, as ``prism
+                            capacity`` sizes; ``floor=False``: the forecast alone)
 ==========================  ==================================================================
 
 With ``capacity`` given, every plan is capped at the series' installed GPUs (a VC cannot be
@@ -47,6 +51,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from prism.day_kind import FLOOR, day_kind_floor
 from prism.errors import ConfigError, DataContractError
 from prism.evaluation.backtest import CUTOFF, MODEL, backtest, backtest_cutoffs
 from prism.forecasters import BaseForecaster
@@ -66,7 +71,8 @@ STATIC = "static peak"
 YESTERDAY = "yesterday's peak"
 SAME_BLOCK = "same block yesterday"
 ORACLE = "oracle"
-REFERENCES = (STATIC, YESTERDAY, SAME_BLOCK, ORACLE)
+DAY_KIND = "day-kind peak"
+REFERENCES = (STATIC, YESTERDAY, SAME_BLOCK, DAY_KIND, ORACLE)
 #: The unmet share of demand a chosen provisioning quantile may leave (0.3 %).
 MAX_UNMET = 0.003
 #: The columns of a planning table, in order.
@@ -120,6 +126,7 @@ def plan_levels(
     quantiles: Sequence[float] = (),
     capacity: Mapping[str, float] | None = None,
     headroom: Sequence[float] = (),
+    floor: bool = True,
 ) -> pd.DataFrame:
     """The level each plan provisions at each replayed step.
 
@@ -133,6 +140,8 @@ def plan_levels(
         capacity: series id -> installed GPUs; plans are capped there.
         headroom: margins over yesterday's peak (``0.1``: 10 % more), one plan each
             (:func:`headroom_plan`).
+        floor: size each quantile plan at least at the day-kind peak, as ``prism capacity``
+            does (:mod:`prism.day_kind`); ``False``: the forecast's quantile alone.
 
     Returns:
         ``series_id, ts, cutoff, value`` and one column per plan (references, margins and
@@ -164,6 +173,8 @@ def plan_levels(
     out[YESTERDAY] = out.groupby([SERIES_ID, CUTOFF])["_previous"].transform("max")
     out[SAME_BLOCK] = out.groupby(keys)["_previous"].transform("max")
     out[ORACLE] = out.groupby(keys)[VALUE].transform("max")
+    out[DAY_KIND] = day_kind_floor(panel, out[[SERIES_ID, CUTOFF, TS]],
+                                   freq_s=freq_s)[FLOOR].to_numpy()
     plans = list(REFERENCES)
     for margin in headroom:
         out[headroom_plan(margin)] = out[YESTERDAY] * (1.0 + float(margin))
@@ -175,6 +186,8 @@ def plan_levels(
                                     f"quantiles including {q}")
         out[col] = frame[col].to_numpy(dtype=np.float64)
         out[col] = out.groupby(keys)[col].transform("max")
+        if floor:
+            out[col] = np.fmax(out[col].to_numpy(), out[DAY_KIND].to_numpy())
         plans.append(col)
     if capacity is not None:
         cap = out[SERIES_ID].map(capacity).to_numpy(dtype=np.float64)
@@ -224,6 +237,7 @@ def planning_table(
     blocks: Sequence[str] = ("1d", "1h"),
     capacity: Mapping[str, float] | None = None,
     headroom: Sequence[float] = (),
+    floor: bool = True,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Score the references and each model's quantile plans on a backtest frame.
 
@@ -237,6 +251,7 @@ def planning_table(
         blocks: provisioning blocks (each divides the horizon).
         capacity: series id -> installed GPUs (plans are capped there).
         headroom: margins over yesterday's peak scored as references (:func:`plan_levels`).
+        floor: quantile plans at least at the day-kind peak (:func:`plan_levels`).
 
     Returns:
         ``(table, by_series)``: totals per plan and block (:data:`COLUMNS`), and the same per
@@ -264,7 +279,7 @@ def planning_table(
         for model in models:
             mframe = frame[frame[MODEL] == model].reset_index(drop=True)
             levels = plan_levels(mframe, panel, block=block, horizon=horizon,
-                                 quantiles=quantiles, capacity=capacity)
+                                 quantiles=quantiles, capacity=capacity, floor=floor)
             scored = score_plans(levels, [quantile_column(q) for q in quantiles],
                                  freq_s=freq_s)
             scored["quantile"] = scored["plan"].map(
@@ -316,6 +331,7 @@ def planning_backtest(
     capacity: Mapping[str, float] | None = None,
     frame: pd.DataFrame | None = None,
     headroom: Sequence[float] = (),
+    floor: bool = True,
 ) -> PlanningResult:
     """Replay the last ``days`` windows: backtest the forecasters day-ahead and score the plans.
 
@@ -330,6 +346,7 @@ def planning_backtest(
         frame: a backtest frame already computed on this panel with these windows (its models
             are scored instead of backtesting ``forecasters``).
         headroom: margins over yesterday's peak scored as references.
+        floor: quantile plans at least at the day-kind peak (:func:`plan_levels`).
 
     Returns:
         The :class:`PlanningResult`.
@@ -345,7 +362,8 @@ def planning_backtest(
     if frame is None:
         frame = window_rows(panel, horizon=horizon, windows=days)
     table, by_series = planning_table(frame, panel, horizon=horizon, quantiles=quantiles,
-                                      blocks=blocks, capacity=capacity, headroom=headroom)
+                                      blocks=blocks, capacity=capacity, headroom=headroom,
+                                      floor=floor)
     return PlanningResult(table, by_series, frame)
 
 

@@ -29,7 +29,7 @@ import pandas as pd
 
 from prism.errors import ConfigError, IngestError, SeriesNotFound
 from prism.progress import Progress
-from prism.schema import ALL_SCOPE, GPU_TYPE_PREFIX, SERIES_ID, freq_seconds, split_series_id
+from prism.schema import ALL_SCOPE, GPU_TYPE_PREFIX, SERIES_ID, TS, freq_seconds, split_series_id
 
 if TYPE_CHECKING:
     from prism.capacity import CapacityPlan, Reservation, Watts
@@ -194,6 +194,7 @@ def plan_cluster_capacity(
     choice: QuantileChoices | None = None,
     progress: Progress | None = None,
     record: str | None = None,
+    day_floor: bool = True,
 ) -> CapacityPlan:
     """Plan a cluster's capacity: forecast each scope's GPUs in use and queued GPUs with
     ``source``, load capacities and recent peaks, and plan
@@ -224,6 +225,9 @@ def plan_cluster_capacity(
             quantiles are chosen, ``forecast``, ``plan``).
         record: who serves the plan (``cli``, ``api``, ``report``): keep the whole cluster's
             plan in the store for its track record (:func:`record_plan`); ``None``: do not.
+        day_floor: size each scope at least for what the latest day of its kind (weekday or
+            weekend) used, and yesterday (:mod:`prism.day_kind`); ``False``: the forecast's
+            quantile alone.
 
     Returns:
         The :class:`~prism.capacity.CapacityPlan` (with ``max_unmet``, each row's reason says
@@ -247,7 +251,8 @@ def plan_cluster_capacity(
     if choice is None and max_unmet is not None:
         choice = choose_cluster_quantiles(store, cluster, source, max_unmet=max_unmet,
                                           horizon=horizon, fallback=quantile,
-                                          capacity_table=capacity_table, progress=progress)
+                                          capacity_table=capacity_table, progress=progress,
+                                          day_floor=day_floor)
     chosen = choice.quantiles() if choice is not None else {}
     levels = sorted({*DISTRIBUTION_LEVELS, float(quantile), *chosen.values()})
     if progress is not None:
@@ -262,10 +267,11 @@ def plan_cluster_capacity(
     peaks = recent.groupby(SERIES_ID)["value"].max()
     recent_peak = {s: float(peaks[sid]) for s, sid in series.sizing.items() if sid in peaks}
     queue, queue_peak = _queue(frame, recent, series)
+    floor = _day_floor(store, sizing, at, freq_s) if day_floor else None
     plan = plan_capacity(sizing, gpus, quantile=float(quantile), freq_s=freq_s, watts=watts,
                          growth=growth, reservations=reservations, recent_peak=recent_peak,
                          capacity_source=where, queue=queue, queue_peak=queue_peak,
-                         scope_quantiles=chosen)
+                         scope_quantiles=chosen, floor=floor)
     if choice is not None:
         why = {c.scope: c.text for c in choice.rows}
         plan = replace(plan, rows=tuple(
@@ -276,6 +282,18 @@ def plan_cluster_capacity(
     if record is not None:
         record_plan(store, plan, model=source.label, served_by=record, growth=growth)
     return plan.only(scope) if scope is not None else plan
+
+
+def _day_floor(store: Store, sizing: pd.DataFrame, at: pd.Timestamp,
+               freq_s: int) -> pd.DataFrame:
+    """The day-kind floor of each planned step (:func:`prism.day_kind.day_kind_floor`), from
+    the history before the window."""
+    from prism.day_kind import SEARCH_DAYS, day_kind_floor
+
+    ids = sorted(set(sizing[SERIES_ID].astype(str)))
+    history = store.load_panel(ids, start=at - pd.Timedelta(days=SEARCH_DAYS + 1), end=at)
+    steps = sizing[[SERIES_ID, TS]].assign(cutoff=at - pd.Timedelta(seconds=freq_s))
+    return day_kind_floor(history, steps, freq_s=freq_s)
 
 
 def record_plan(store: Store, plan: CapacityPlan, *, model: str, served_by: str,
@@ -423,13 +441,15 @@ def choose_cluster_quantiles(
     fallback: float = 0.95,
     capacity_table: pd.DataFrame | None = None,
     progress: Progress | None = None,
+    day_floor: bool = True,
 ) -> QuantileChoices:
     """Per scope, the cheapest quantile of ``source``'s model whose unmet share of demand in
     the planning backtest is at most ``max_unmet``
     (:func:`prism.evaluation.planning.choose_quantiles`); where none is, the highest.
 
     The backtest is the last saved ``prism backtest --planning`` of the model where it covers
-    a scope's series; the other series are replayed now: the model's day-ahead forecasts of
+    a scope's series and sized its plans as ``day_floor`` asks; the other series are replayed
+    now: the model's day-ahead forecasts of
     the last (up to) 7 days at :data:`CANDIDATE_QUANTILES`, GPUs in use capped at capacity.
     The block is ``1d`` for a horizon of a day or more, else ``1h``.
 
@@ -442,6 +462,8 @@ def choose_cluster_quantiles(
         fallback: the quantile of a scope without a backtest (too little history).
         capacity_table: capacities overriding the store's (the replay's cap).
         progress: called as ``progress("backtest", done, total)`` while replaying.
+        day_floor: whether the plans are sized at least at the day-kind floor (the backtest's
+            plans must be sized the same way; :func:`plan_cluster_capacity`).
 
     Returns:
         The :class:`QuantileChoices`.
@@ -461,7 +483,8 @@ def choose_cluster_quantiles(
     model = source.label
     parts, basis = [], {}
     saved = store.latest_evaluation("planning")
-    if saved is not None and SERIES_ID in saved[3].columns:
+    if (saved is not None and SERIES_ID in saved[3].columns
+            and bool(json.loads(saved[2] or "{}").get("day_kind_floor")) == day_floor):
         run_id, table = saved[0], saved[3]
         mine = table[table[SERIES_ID].isin(ids) & (table["model"] == model)
                      & (table["block"] == block) & table["quantile"].notna()]
@@ -469,7 +492,8 @@ def choose_cluster_quantiles(
         basis.update(dict.fromkeys(mine[SERIES_ID].astype(str), f"saved run {run_id}"))
     missing = sorted(ids - set(basis))
     if missing:
-        replayed = _replay(store, cluster, missing, model, block, capacity_table, progress)
+        replayed = _replay(store, cluster, missing, model, block, capacity_table, progress,
+                           day_floor)
         if replayed is not None:
             parts.append(replayed)
             basis.update(dict.fromkeys(replayed[SERIES_ID].astype(str), "replayed now"))
@@ -516,8 +540,8 @@ def _window_s(horizon: str, freq_s: int) -> float:
 
 
 def _replay(store: Store, cluster: str, series_ids: list[str], model: str, block: str,
-            capacity_table: pd.DataFrame | None, progress: Progress | None
-            ) -> pd.DataFrame | None:
+            capacity_table: pd.DataFrame | None, progress: Progress | None,
+            day_floor: bool = True) -> pd.DataFrame | None:
     """The per-series planning backtest of ``model`` replayed now on the last (up to) 7 days
     at :data:`CANDIDATE_QUANTILES`; ``None`` when the series are too short."""
     from prism.evaluation.backtest import backtest
@@ -543,7 +567,7 @@ def _replay(store: Store, cluster: str, series_ids: list[str], model: str, block
                 if s in gpus and sid.endswith(ALLOCATED)}
     result = planning_backtest(None, panel, days=days, horizon="1d",
                                quantiles=CANDIDATE_QUANTILES, blocks=[block],
-                               capacity=capacity, frame=frame)
+                               capacity=capacity, frame=frame, floor=day_floor)
     return result.by_series
 
 

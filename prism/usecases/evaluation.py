@@ -285,5 +285,5 @@ def _planning_scores(store: Store, backtest: Backtest, *, horizon: str,
     run_id = store.save_evaluation("planning", by_series, json.dumps({
         "models": ",".join(map(str, pd.unique(frame["model"]))), "horizon": horizon,
         "windows": int(frame["cutoff"].nunique()),
-        "series": len(by_series[SERIES_ID].unique())}))
+        "series": len(by_series[SERIES_ID].unique()), "day_kind_floor": True}))
     return table, run_id

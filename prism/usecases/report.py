@@ -74,6 +74,7 @@ def capacity_report(
     max_unmet: float | None = None,
     progress: Progress | None = None,
     record: bool = False,
+    day_floor: bool = True,
 ) -> CapacityReport:
     """The capacity report (one self-contained HTML page), written to ``output`` if named.
 
@@ -94,6 +95,8 @@ def capacity_report(
             fixed once the clusters are known.
         record: keep each cluster's plan in the store for its track record (served by
             ``report``; :func:`prism.usecases.capacity.record_plan`).
+        day_floor: size at least for what the latest day of its kind used (as
+            :func:`prism.usecases.capacity.plan_cluster_capacity`).
 
     Raises:
         ConfigError: for a bad output name or folder, or no Chromium with ``pdf``.
@@ -109,7 +112,7 @@ def capacity_report(
     tick = _Ticker(progress, len(_STAGES) * len(clusters) + 1 + int(pdf and path is not None))
     data = _report_data(store, clusters, source, horizon=horizon, quantile=quantile,
                         capacity_table=capacity_table, watts=watts, max_unmet=max_unmet,
-                        tick=tick, record=record)
+                        tick=tick, record=record, day_floor=day_floor)
     html = render_html(data)
     tick("render")
     printed = None
@@ -166,6 +169,7 @@ def _report_data(
     max_unmet: float | None = None,
     tick: _Ticker | None = None,
     record: bool = False,
+    day_floor: bool = True,
 ) -> ReportData:
     """Gather the report: per cluster the plan, histories, decompositions, planning and the
     track record of the plans served before."""
@@ -181,7 +185,8 @@ def _report_data(
         plan = plan_cluster_capacity(store, cluster, recorded, horizon=horizon,
                                      quantile=quantile, capacity_table=capacity_table,
                                      watts=watts, max_unmet=max_unmet,
-                                     record="report" if record else None)
+                                     record="report" if record else None,
+                                     day_floor=day_floor)
         tick(f"{cluster}: plan")
         forecasts = (pd.concat(recorded.frames, ignore_index=True) if recorded.frames
                      else plan.forecast)

@@ -55,12 +55,13 @@ def get_capacity(q: Annotated[CapacityQuery, Query()], server: ServerDep,
     watts = Watts(idle=q.watts_idle, busy=q.watts_busy)
     source = HubModels(server, q.model, q.params)
     choice = (choose_cluster_quantiles(store, q.cluster, source, max_unmet=q.max_unmet,
-                                       horizon=q.horizon, fallback=q.quantile)
+                                       horizon=q.horizon, fallback=q.quantile,
+                                       day_floor=q.day_floor)
               if q.max_unmet is not None else None)
     plan = plan_cluster_capacity(
         store, q.cluster, source, scope=q.scope, horizon=q.horizon, quantile=q.quantile,
         reservations=[parse_reservation(r) for r in q.reservation], growth=q.growth,
-        watts=watts, choice=choice, record="api" if q.record else None)
+        watts=watts, choice=choice, record="api" if q.record else None, day_floor=q.day_floor)
     server.note_capacity(plan)  # for the capacity gauges of /v1/metrics/forecasts
     procurement = None
     if q.procurement is not None:
@@ -110,5 +111,5 @@ def get_capacity_report(q: Annotated[ReportQuery, Query()], server: ServerDep,
     """The capacity report (what ``prism report`` writes) as one self-contained HTML page."""
     page = report_uc.capacity_report(
         store, HubModels(server, q.model), clusters=[q.cluster] if q.cluster else None,
-        horizon=q.horizon, quantile=q.quantile, record=q.record)
+        horizon=q.horizon, quantile=q.quantile, record=q.record, day_floor=q.day_floor)
     return HTMLResponse(page.html)

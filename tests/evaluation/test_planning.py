@@ -10,6 +10,7 @@ import pytest
 
 from prism.errors import ConfigError, DataContractError
 from prism.evaluation.planning import (
+    DAY_KIND,
     ORACLE,
     SAME_BLOCK,
     STATIC,
@@ -73,13 +74,14 @@ def test_references_on_a_hand_made_series() -> None:
 def test_forecast_plans_take_the_block_peak_and_the_capacity_cap() -> None:
     rows = window_rows(panel(), horizon="1d", windows=2)
     frame = rows.assign(model="hand", mean=0.0, p90=[2.0, 9.0, 1.0, 1.0, 4.0, 4.0, 4.0, 4.0])
-    table, _ = planning_table(frame, panel(), horizon="1d", quantiles=(0.9,), blocks=("1d",))
+    table, _ = planning_table(frame, panel(), horizon="1d", quantiles=(0.9,), blocks=("1d",),
+                              floor=False)
     plan = row(table, "hand p90", "1d")
     # day 3 at 9: idle 6 + 8 + 8 + 8; day 4 at 4: idle 4 + 0 + 2 + 2, unmet 1
     assert plan["idle_gpu_hours"] == 38 * STEP_H and plan["unmet_gpu_hours"] == 1 * STEP_H
     assert plan["model"] == "hand" and plan["quantile"] == 0.9
     capped, _ = planning_table(frame, panel(), horizon="1d", quantiles=(0.9,), blocks=("1d",),
-                               capacity={"c/vc1/gpus_in_use": 5.0})
+                               capacity={"c/vc1/gpus_in_use": 5.0}, floor=False)
     # day 3 at 5: idle 2 + 4 + 4 + 4, day 4 at 4 as before; the static peak (6) is capped at 5
     assert row(capped, "hand p90", "1d")["idle_gpu_hours"] == 22 * STEP_H
     assert row(capped, STATIC, "1d")["idle_gpu_hours"] == 25 * STEP_H
@@ -91,7 +93,7 @@ def test_forecast_plans_take_the_block_peak_and_the_capacity_cap() -> None:
 
 def test_planning_backtest_runs_the_models_day_ahead() -> None:
     result = planning_backtest([get_forecaster("naive")], panel(), days=2,
-                               quantiles=(0.5, 0.9), blocks=("1d",))
+                               quantiles=(0.5, 0.9), blocks=("1d",), floor=False)
     assert set(result.frame["model"]) == {"naive"}
     assert result.frame.groupby("cutoff").size().tolist() == [4, 4]
     naive = row(result.table, "naive p50", "1d")
@@ -101,6 +103,16 @@ def test_planning_backtest_runs_the_models_day_ahead() -> None:
         np.maximum(level - frame["value"], 0).sum() * STEP_H)
     assert naive["unmet_gpu_hours"] == pytest.approx(
         np.maximum(frame["value"] - level, 0).sum() * STEP_H)
+    # by default a plan is at least the day-kind peak: here yesterday's, 6 then 3 (Saturday
+    # has no weekend day before it in the history, Sunday's is Saturday)
+    floored = planning_backtest(None, panel(), days=2, quantiles=(0.5,), blocks=("1d",),
+                                frame=frame)
+    assert row(floored.table, DAY_KIND, "1d")["idle_gpu_hours"] == pytest.approx(
+        row(floored.table, YESTERDAY, "1d")["idle_gpu_hours"])
+    level = np.fmax(level, frame["cutoff"].map({frame["cutoff"].min(): 6.0,
+                                                frame["cutoff"].max(): 3.0}))
+    assert row(floored.table, "naive p50", "1d")["idle_gpu_hours"] == pytest.approx(
+        np.maximum(level - frame["value"], 0).sum() * STEP_H)
 
 
 def two_vcs() -> pd.DataFrame:
@@ -125,7 +137,7 @@ def hand_frame() -> pd.DataFrame:
 def test_choose_quantiles_takes_the_cheapest_meeting_the_target(
         caplog: pytest.LogCaptureFixture) -> None:
     _, by_series = planning_table(hand_frame(), two_vcs(), horizon="1d",
-                                  quantiles=(0.5, 0.9, 0.99), blocks=("1d",))
+                                  quantiles=(0.5, 0.9, 0.99), blocks=("1d",), floor=False)
     # vc1 (demand 15 GPU-steps): p50 unmet 1 + 2 = 3 (20 %), idle 3 + 5 = 8; p90 unmet 0 + 1
     # (6.7 %), idle 6 + 8 = 14; p99 unmet 0, idle 10 + 11 = 21. vc2 at 1: unmet 23 of 30.
     chosen = choose_quantiles(by_series, model="hand", max_unmet=0.1).set_index("series_id")
@@ -146,7 +158,7 @@ def test_choose_quantiles_takes_the_cheapest_meeting_the_target(
     # one scope when the rows are totals
     frame = hand_frame()
     table, _ = planning_table(frame[frame["series_id"] == "c/vc1/gpus_in_use"], panel(),
-                              horizon="1d", quantiles=(0.5, 0.9, 0.99), blocks=("1d",))
+                              horizon="1d", quantiles=(0.5, 0.9, 0.99), blocks=("1d",), floor=False)
     assert choose_quantiles(table, model="hand", max_unmet=0.1)["quantile"].tolist() == [0.9]
     with pytest.raises(DataContractError, match="no quantile plans of 'prism'.*hand"):
         choose_quantiles(by_series, model="prism")
@@ -156,7 +168,7 @@ def test_frontier_and_the_comparison_with_yesterdays_peak() -> None:
     frame = hand_frame()
     frame = frame[frame["series_id"] == "c/vc1/gpus_in_use"]
     table, _ = planning_table(frame, panel(), horizon="1d", quantiles=(0.5, 0.9, 0.99),
-                              blocks=("1d",), headroom=(0.5,))
+                              blocks=("1d",), headroom=(0.5,), floor=False)
     # yesterday +50 %: 9 on day 3 (idle 6 + 8 + 8 + 8), 4.5 on day 4 (idle 4.5 + 2.5 + 2.5,
     # unmet 0.5)
     margin = row(table, headroom_plan(0.5), "1d")
@@ -181,7 +193,7 @@ def test_frontier_and_the_comparison_with_yesterdays_peak() -> None:
     # a model that provisions the static peak (6) or leaves half unmet never beats it
     flat = frame.assign(p50=1.0, p90=6.0, p99=6.0)
     lost, _ = planning_table(flat, panel(), horizon="1d", quantiles=(0.5, 0.9, 0.99),
-                             blocks=("1d",))
+                             blocks=("1d",), floor=False)
     versus = versus_reference(lost, "hand").iloc[0]
     assert not versus["beats"] and versus["saved_share"] == 0.0
     assert versus_reference(lost, "other").empty
