@@ -604,9 +604,10 @@ def _floored(level: FloatArray, floor: pd.DataFrame | None, series_id: str,
     source = where[int(np.nanargmax(lows))]
     grown = "" if growth == 1.0 else f" times the growth {growth:g}"
     grown += " plus the reservations" if reserved.any() else ""
+    kind = ("" if source == "the last 24 h" else ", the latest day of its kind: this scope's "
+            "weekends and weekdays differ")
     return raised, (f", raised to {raised.max():,.1f} by the day-kind floor (the peak of "
-                    f"{source}{grown}: a plan is at least what the latest day of its kind, "
-                    "weekday or weekend, used)")
+                    f"{source}{grown}{kind})")
 
 
 def plan_capacity(

@@ -5,20 +5,22 @@ before it, not like the quiet Sunday just gone, so yesterday's peak under-sizes 
 over-sizes nothing on the other days). The floor of a planned step is the larger of:
 
 - the peak of the 24 hours before the plan starts (yesterday's peak), and
-- the peak of the latest complete calendar day before the plan whose *kind* is the kind of the
-  step's day: a weekday (Monday to Friday) or a weekend day (Saturday, Sunday), looked for up to
-  :data:`SEARCH_DAYS` days back.
+- where the series has a week, the peak of the latest complete calendar day before the plan
+  whose *kind* is the kind of the step's day: a weekday (Monday to Friday) or a weekend day
+  (Saturday, Sunday), looked for up to :data:`SEARCH_DAYS` days back.
+
+A series *has a week* when, over the complete days of the :data:`WEEK_DAYS` days before the
+plan (at least :data:`MIN_DAYS_OF_KIND` of each kind), its weekend days' mean peak differs from
+its weekdays' by more than :data:`WEEK_CONTRAST` (10 %). A fleet serving the world around the
+clock has none, and there a weekday's peak says no more about Monday than Sunday's does.
 
 For a day-ahead plan at midnight that second day is yesterday from Tuesday to Friday and on
 Sunday, the Friday before on Monday and the Sunday before on Saturday. A day with a gap (fewer
 steps than a whole day) is not complete and is passed over, and so is a day the plan covers.
 Calendar days are those of the series' timestamps (the store keeps a trace's own clock).
 
-Planning backtest on the 16 Helios Earth VCs (``python -m evaluation.benchmarks.planning``,
-``evaluation/README.md``): the floor alone saves 28.3 % of the static peak's idle GPU-hours with
-0.23 % of demand unmet over the last 7 days, where yesterday's peak needs a 20 % margin to
-leave 0.28 % unmet and then saves 23.1 %; over 14 and 21 days it keeps the unmet share at 0.25
-and 0.47 % (yesterday's peak: 0.76 and 4.44 %, the latter after a day without data).
+Measured in the planning backtest (``python -m evaluation.benchmarks.planning``; the numbers
+and the variants tried are in ``evaluation/README.md``, Planning).
 """
 
 from __future__ import annotations
@@ -31,6 +33,12 @@ from prism.schema import SERIES_ID, TS, VALUE
 
 #: Days looked back for the latest complete day of the planned day's kind.
 SEARCH_DAYS = 7
+#: Days of history that say whether a series has a week.
+WEEK_DAYS = 28
+#: Complete days of each kind those must hold.
+MIN_DAYS_OF_KIND = 2
+#: How far the weekend's mean daily peak must be from the weekdays' (a share of the latter).
+WEEK_CONTRAST = 0.1
 #: ``Timestamp.day_of_week`` of the weekend days.
 WEEKEND = (5, 6)
 #: The output columns: the floor and where it came from.
@@ -63,26 +71,28 @@ def day_kind_floor(panel: pd.DataFrame, rows: pd.DataFrame, *, freq_s: int) -> p
     out = rows.copy()
     step = pd.Timedelta(seconds=int(freq_s))
     hist = panel[[SERIES_ID, TS, VALUE]].sort_values([SERIES_ID, TS], kind="stable")
+    # complete calendar days and their peaks
+    stats = (hist.assign(_day=hist[TS].dt.floor("D"))
+             .groupby([SERIES_ID, "_day"])[VALUE].agg(["max", "size"]))
+    daily = stats.loc[stats["size"] >= round(86_400 / int(freq_s)), "max"]
     cuts = out[[SERIES_ID, CUTOFF]].drop_duplicates()
-    # yesterday: the peak over the 24 h ending at each cutoff (a rolling max at the cutoff)
     yesterday = np.full(len(cuts), np.nan)
+    has_week = np.zeros(len(cuts), dtype=bool)
     by_series: dict[object, pd.DataFrame] = dict(iter(hist.groupby(SERIES_ID, sort=False)))
     for sid, idx in cuts.groupby(SERIES_ID, sort=False).groups.items():
         mine = by_series.get(sid)
         if mine is None:
             continue
-        rolled = mine.set_index(TS)[VALUE].rolling(_DAY).max()
         at = pd.DatetimeIndex(cuts.loc[idx, CUTOFF])
+        where = cuts.index.get_indexer(idx)
+        # yesterday: the peak over the 24 h ending at each cutoff (a rolling max there)
+        rolled = mine.set_index(TS)[VALUE].rolling(_DAY).max()
         pos = rolled.index.searchsorted(at, side="right") - 1
         found = (pos >= 0) & (rolled.index[np.maximum(pos, 0)] > at - _DAY)
-        yesterday[cuts.index.get_indexer(idx)] = np.where(
-            found, rolled.to_numpy()[np.maximum(pos, 0)], np.nan)
-    cuts = cuts.assign(_yesterday=yesterday)
+        yesterday[where] = np.where(found, rolled.to_numpy()[np.maximum(pos, 0)], np.nan)
+        has_week[where] = _has_week(daily, sid, at, step)
+    cuts = cuts.assign(_yesterday=yesterday, _week=has_week)
     out = out.merge(cuts, on=[SERIES_ID, CUTOFF], how="left", validate="many_to_one")
-    # complete calendar days and their peaks
-    day_of = hist[TS].dt.floor("D")
-    stats = hist.assign(_day=day_of).groupby([SERIES_ID, "_day"])[VALUE].agg(["max", "size"])
-    daily = stats.loc[stats["size"] >= round(86_400 / int(freq_s)), "max"]
     day = pd.DatetimeIndex(out[TS]).floor("D")
     weekend = is_weekend(day)
     cutoff = pd.DatetimeIndex(out[CUTOFF])
@@ -96,6 +106,7 @@ def day_kind_floor(panel: pd.DataFrame, rows: pd.DataFrame, *, freq_s: int) -> p
         kind_peak[take] = peak[take]
         kind_day[take] = earlier.to_numpy()[take]
     yest = out.pop("_yesterday").to_numpy(dtype=np.float64)
+    kind_peak[~out.pop("_week").to_numpy(dtype=bool)] = np.nan
     floor = np.fmax(yest, kind_peak)
     from_day = ~np.isnan(kind_peak) & ~(kind_peak <= yest)
     names = pd.DatetimeIndex(kind_day).strftime("%a %Y-%m-%d")
@@ -103,4 +114,29 @@ def day_kind_floor(panel: pd.DataFrame, rows: pd.DataFrame, *, freq_s: int) -> p
     out[FLOOR_FROM] = np.where(np.isnan(floor), "",
                                np.where(from_day, np.asarray(names, dtype=object),
                                         "the last 24 h"))
+    return out
+
+
+def _has_week(daily: pd.Series, series_id: object, at: pd.DatetimeIndex,
+              step: pd.Timedelta) -> np.ndarray:
+    """Whether the series has a week at each cutoff ``at``: over its complete days in the
+    :data:`WEEK_DAYS` days before, the weekend's mean peak is more than :data:`WEEK_CONTRAST`
+    away from the weekdays' (with :data:`MIN_DAYS_OF_KIND` days of each kind)."""
+    try:
+        peaks = daily.xs(series_id, level=0)
+    except KeyError:
+        return np.zeros(len(at), dtype=bool)
+    days = pd.DatetimeIndex(peaks.index).to_numpy()
+    values = peaks.to_numpy(dtype=np.float64)
+    weekend = is_weekend(pd.DatetimeIndex(days))
+    ends = (at + step).to_numpy()[:, None]
+    inside = (days[None, :] + _DAY.to_timedelta64() <= ends) & (
+        days[None, :] >= ends - pd.Timedelta(days=WEEK_DAYS).to_timedelta64())
+    out = np.zeros(len(at), dtype=bool)
+    for i, row in enumerate(inside):
+        ends_kind, days_kind = values[row & weekend], values[row & ~weekend]
+        if min(len(ends_kind), len(days_kind)) < MIN_DAYS_OF_KIND:
+            continue
+        base = days_kind.mean()
+        out[i] = base > 0 and abs(ends_kind.mean() / base - 1.0) > WEEK_CONTRAST
     return out

@@ -74,6 +74,23 @@ def test_a_quiet_friday_lowers_monday_and_a_busy_weekend_raises_saturday() -> No
     assert set(saturday["floor_from"]) == {"Sun 2026-01-11"}
 
 
+def test_a_series_without_a_week_keeps_yesterdays_peak() -> None:
+    # every day peaks at 60 but the weekend's at 56 (7 % lower): no week, so Monday is
+    # sized for Sunday's 56 even though Friday reached 60
+    flat = week_panel()
+    flat.loc[flat["value"] == 5.0, "value"] = 56.0
+    monday = floors(flat, "2026-01-11 23:00")
+    assert (monday["floor"] == 56.0).all() and set(monday["floor_from"]) == {"the last 24 h"}
+    # 20 % lower: a week
+    flat.loc[flat["value"] == 56.0, "value"] = 48.0
+    assert (floors(flat, "2026-01-11 23:00")["floor"] == 60.0).all()
+    # one complete weekend day (Saturday has a gap) is too little to tell
+    gap = week_panel()
+    gap = gap[gap["ts"] != pd.Timestamp("2026-01-10 03:00")]
+    monday = floors(gap, "2026-01-11 23:00")
+    assert (monday["floor"] == 5.0).all() and set(monday["floor_from"]) == {"the last 24 h"}
+
+
 def test_incomplete_days_and_days_the_plan_covers_are_passed_over() -> None:
     gap = week_panel()
     gap = gap[gap["ts"] != pd.Timestamp("2026-01-09 03:00")]  # Friday has a gap

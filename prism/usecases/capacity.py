@@ -288,10 +288,10 @@ def _day_floor(store: Store, sizing: pd.DataFrame, at: pd.Timestamp,
                freq_s: int) -> pd.DataFrame:
     """The day-kind floor of each planned step (:func:`prism.day_kind.day_kind_floor`), from
     the history before the window."""
-    from prism.day_kind import SEARCH_DAYS, day_kind_floor
+    from prism.day_kind import WEEK_DAYS, day_kind_floor
 
     ids = sorted(set(sizing[SERIES_ID].astype(str)))
-    history = store.load_panel(ids, start=at - pd.Timedelta(days=SEARCH_DAYS + 1), end=at)
+    history = store.load_panel(ids, start=at - pd.Timedelta(days=WEEK_DAYS + 1), end=at)
     steps = sizing[[SERIES_ID, TS]].assign(cutoff=at - pd.Timedelta(seconds=freq_s))
     return day_kind_floor(history, steps, freq_s=freq_s)
 
