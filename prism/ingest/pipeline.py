@@ -253,7 +253,47 @@ def _ingest(
         )
         report.series = int(row[0]) if row else 0
     _warn_unchanged(store, report, freq, fill)
+    if touched:
+        _warn_filled(store, report.clusters)
     return report
+
+
+#: A sampled series with more of its buckets filled than this share gets a warning.
+FILLED_SHARE = 0.5
+
+
+def _warn_filled(store: Store, clusters: Sequence[str]) -> None:
+    """Say so when most buckets of a sampled series had no sample: its samples come less
+    often than the cluster's bucket (``--freq``), or a missing sample means 0 (``--fill``)."""
+    rows = store.fetch_all(
+        """WITH flagged AS (
+               SELECT s.series_id, s.n_points, s.n_filled, s.fill, c.freq_s FROM series s
+               JOIN clusters c USING (cluster)
+               WHERE list_contains(?, s.cluster) AND s.n_points >= 10
+                 AND s.n_filled > ? * s.n_points
+                 AND s.series_id IN (SELECT DISTINCT series_id FROM samples
+                                     WHERE list_contains(?, cluster))),
+           gaps AS (
+               SELECT series_id, epoch_us(ts) - lag(epoch_us(ts)) OVER (
+                   PARTITION BY series_id ORDER BY ts) AS gap_us
+               FROM samples WHERE series_id IN (SELECT series_id FROM flagged))
+           SELECT f.series_id, f.n_filled / f.n_points, f.fill, f.freq_s,
+                  (SELECT median(gap_us) FROM gaps g WHERE g.series_id = f.series_id)
+           FROM flagged f ORDER BY f.series_id""",
+        [list(clusters), FILLED_SHARE, list(clusters)])
+    for series_id, share, policy, freq_s, gap_us in rows:
+        every = int(round(float(gap_us) / 1e6)) if gap_us is not None else 0
+        cluster = str(series_id).split("/", 1)[0]
+        hints = []
+        if every > int(freq_s):
+            hints.append(f"its samples come every {format_freq(every)}: `prism series "
+                         f"rederive --cluster {cluster} --freq {format_freq(every)}`")
+        elif policy != "zero":  # samples at the bucket's pace, missing now and then
+            hints.append(f"if a missing sample means 0 (a series absent while idle): `prism "
+                         f"series rederive --cluster {cluster} --fill zero`")
+        logger.warning("%s: %.0f %% of its %s buckets had no sample and were filled (%s)%s",
+                       series_id, float(share) * 100, format_freq(int(freq_s)), policy,
+                       "; " + "; ".join(hints) if hints else "")
 
 
 def _warn_unchanged(store: Store, report: IngestReport, freq: str | None,
