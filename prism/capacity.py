@@ -34,13 +34,13 @@ within capacity, ``E[min(D, c)]``) times the busy draw (:class:`Watts`, default 
 300 W busy, a V100/A100-class board; pass the hardware's figures).
 
 **Sizing.** A scope needs the peak over the window of its GPUs in use (``gpus_in_use``) at the
-planning quantile, raised where it is lower to the *day-kind floor* (what the last 24 h and the
-latest complete day of the same kind, weekday or weekend, used: Monday is sized for the Friday
-before; :mod:`prism.day_kind`), plus a *queue allowance*: the mean over the window of the
-mean forecast of its queued GPUs (``gpus_pending``, or ``gpu_demand`` minus ``gpus_in_use``),
-at most the queue's peak over recent history. The queue is never added at an upper quantile:
-queued jobs start as GPUs free up, they are not one spike on top of the in-use peak. Each row
-says so in ``reason``.
+planning quantile, raised where it is lower to the *day-kind floor* (what the last 24 h used
+and, for a series with a week, the latest complete day of the same kind, weekday or weekend:
+Monday is sized for the Friday before; :mod:`prism.day_kind`), plus a *queue allowance*: the
+mean over the window of the mean forecast of its queued GPUs (``gpus_pending``, or
+``gpu_demand`` minus ``gpus_in_use``), at most the queue's peak over recent history. The queue
+is never added at an upper quantile: queued jobs start as GPUs free up, they are not one spike
+on top of the in-use peak. Each row says so in ``reason``.
 
 **Advice.** VCs short at the quantile borrow the spare GPUs of the others first (:class:`Move`:
 "lend 40 GPUs from vc-he9 to vc-27a for the next 24 h"); only what no VC can lend is *added*,
@@ -651,8 +651,9 @@ def plan_capacity(
         scope_quantiles: scope -> its own planning quantile (e.g. chosen from the planning
             backtest); the others plan at ``quantile``.
         floor: ``series_id, ts, floor, floor_from``: the least GPUs in use to size each step
-            for (:func:`prism.day_kind.day_kind_floor`: what the latest day of its kind used),
-            times ``growth``; the quantile's level is raised to it where it is lower.
+            for (:func:`prism.day_kind.day_kind_floor`: what yesterday and the latest day of
+            its kind used), times ``growth`` plus the reservations; the quantile's level is
+            raised to it where it is lower.
 
     Returns:
         The :class:`CapacityPlan`.

@@ -380,8 +380,8 @@ class CapacityQuery(BaseModel):
     record: bool = Field(default=True, description="keep the served plan in the store for "
                          "the report's track record (false: a what-if)")
     day_floor: bool = Field(default=True, description="size each scope at least for what the "
-                            "latest day of its kind (weekday or weekend) and the last 24 h used "
-                            "(false: the forecast's quantile alone)")
+                            "last 24 h used and, if its weekends differ from its weekdays, the "
+                            "latest day of its kind (false: the forecast's quantile alone)")
 
     @field_validator("max_unmet", mode="before")
     @classmethod

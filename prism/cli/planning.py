@@ -372,8 +372,9 @@ def _plan_flags(p: argparse.ArgumentParser) -> None:
                    help="do not keep the plan in the store for the report's track record")
     p.add_argument("--no-day-floor", action="store_true",
                    help="size at the forecast's quantile alone; by default a scope gets at "
-                   "least what the latest day of its kind (weekday or weekend) and the last "
-                   "24 h used: Monday is sized for the Friday before, not for Sunday")
+                   "least what the last 24 h used and, if its weekends differ from its "
+                   "weekdays, what the latest day of its kind used: Monday is sized for the "
+                   "Friday before, not for Sunday")
     _model_flags(p)
 
 

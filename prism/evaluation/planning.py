@@ -10,9 +10,10 @@ the window starts. The plans compared:
 ``yesterday's peak``        the peak of the ``horizon`` just before the cutoff (the previous
                             day), for every block of the window
 ``same block yesterday``    the peak of the same block one ``horizon`` earlier (hourly plans)
-``day-kind peak``           the larger of yesterday's peak and the peak of the latest complete
-                            day of the planned day's kind, weekday or weekend
-                            (:mod:`prism.day_kind`): Monday is sized for the Friday before
+``day-kind peak``           yesterday's peak or, for a series with a week, the larger of it
+                            and the peak of the latest complete day of the planned day's
+                            kind, weekday or weekend (:mod:`prism.day_kind`): Monday is sized
+                            for the Friday before
 ``oracle``                  the block's actual peak: perfect knowledge, the limit of the block
 ``yesterday's peak +<h>%``  yesterday's peak with a ``h`` % margin (``headroom``): the simple
                             rule's own saved-vs-unmet trade-off

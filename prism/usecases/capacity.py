@@ -225,9 +225,9 @@ def plan_cluster_capacity(
             quantiles are chosen, ``forecast``, ``plan``).
         record: who serves the plan (``cli``, ``api``, ``report``): keep the whole cluster's
             plan in the store for its track record (:func:`record_plan`); ``None``: do not.
-        day_floor: size each scope at least for what the latest day of its kind (weekday or
-            weekend) used, and yesterday (:mod:`prism.day_kind`); ``False``: the forecast's
-            quantile alone.
+        day_floor: size each scope at least for what yesterday and, where it has a week, the
+            latest day of its kind (weekday or weekend) used (:mod:`prism.day_kind`);
+            ``False``: the forecast's quantile alone.
 
     Returns:
         The :class:`~prism.capacity.CapacityPlan` (with ``max_unmet``, each row's reason says
