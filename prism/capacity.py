@@ -583,16 +583,12 @@ def _queue_allowance(queue: pd.DataFrame | None, scope: str, growth: float,
                   f"at most the recent queue peak{'' if peak is None else f' {peak:,.1f}'})")
 
 
-def _floored(level: FloatArray, floor: pd.DataFrame | None, series_id: str,
-             ts: pd.DatetimeIndex, growth: float, reserved: FloatArray
-             ) -> tuple[FloatArray, str]:
-    """``level`` raised to the day-kind floor of its steps (times ``growth``, plus what the
-    reservations add there), and the reason's words for it (empty where the floor does not
-    raise the peak)."""
-    if floor is None:
-        return level, ""
-    mine = floor[floor[SERIES_ID] == series_id]
-    if mine.empty:
+def _floored(level: FloatArray, mine: pd.DataFrame | None, ts: pd.DatetimeIndex,
+             growth: float, reserved: FloatArray) -> tuple[FloatArray, str]:
+    """``level`` raised to the day-kind floor of its steps (``mine``: the series' rows of
+    ``floor``; times ``growth``, plus what the reservations add there), and the reason's
+    words for it (empty where the floor does not raise the peak)."""
+    if mine is None or mine.empty:
         return level, ""
     at = pd.DatetimeIndex(mine[TS])
     lows = pd.Series(mine[FLOOR].to_numpy(dtype=np.float64), index=at).reindex(ts).to_numpy()
@@ -689,6 +685,7 @@ def plan_capacity(
         logger.warning("reservations of scope %r: no demand series of it in %s; they count "
                        "only for 'all'", scope, cluster)
     step_h = freq_s / 3600.0
+    floors = {} if floor is None else dict(iter(floor.groupby(SERIES_ID, sort=False)))
     sized: list[dict[str, Any]] = []
     steps: list[pd.DataFrame] = []
     for sid, group in adjusted.groupby(SERIES_ID, sort=True):
@@ -702,7 +699,7 @@ def plan_capacity(
         values = raw + allowance
         ts = pd.DatetimeIndex(group[TS].to_numpy())
         forecast_q = quantile_at(levels, raw, q)
-        in_use, why_floor = _floored(forecast_q, floor, str(sid), ts, growth,
+        in_use, why_floor = _floored(forecast_q, floors.get(str(sid)), ts, growth,
                                      group["reserved"].to_numpy(dtype=np.float64))
         needed = in_use + allowance
         cap = capacity.get(scope)
