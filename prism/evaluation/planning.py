@@ -128,6 +128,7 @@ def plan_levels(
     capacity: Mapping[str, float] | None = None,
     headroom: Sequence[float] = (),
     floor: bool = True,
+    day_kind: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """The level each plan provisions at each replayed step.
 
@@ -143,6 +144,8 @@ def plan_levels(
             (:func:`headroom_plan`).
         floor: size each quantile plan at least at the day-kind peak, as ``prism capacity``
             does (:mod:`prism.day_kind`); ``False``: the forecast's quantile alone.
+        day_kind: the day-kind floor of the frame's steps already computed on this panel
+            (:func:`prism.day_kind.day_kind_floor`); ``None``: computed here.
 
     Returns:
         ``series_id, ts, cutoff, value`` and one column per plan (references, margins and
@@ -174,8 +177,11 @@ def plan_levels(
     out[YESTERDAY] = out.groupby([SERIES_ID, CUTOFF])["_previous"].transform("max")
     out[SAME_BLOCK] = out.groupby(keys)["_previous"].transform("max")
     out[ORACLE] = out.groupby(keys)[VALUE].transform("max")
-    out[DAY_KIND] = day_kind_floor(panel, out[[SERIES_ID, CUTOFF, TS]],
-                                   freq_s=freq_s)[FLOOR].to_numpy()
+    steps = [SERIES_ID, CUTOFF, TS]
+    if day_kind is None:
+        day_kind = day_kind_floor(panel, out[steps], freq_s=freq_s)
+    out[DAY_KIND] = day_kind.set_index(steps)[FLOOR].reindex(
+        pd.MultiIndex.from_frame(out[steps])).to_numpy()
     plans = list(REFERENCES)
     for margin in headroom:
         out[headroom_plan(margin)] = out[YESTERDAY] * (1.0 + float(margin))
@@ -267,10 +273,13 @@ def planning_table(
     freq_s = panel_freq(validate_panel(panel), purpose="be planned together")
     models = list(pd.unique(frame[MODEL])) if MODEL in frame.columns else []
     base = frame if not models else frame[frame[MODEL] == models[0]]
+    # the floor depends on the steps and the history only: once for every model and block
+    day_kind = day_kind_floor(panel, frame[[SERIES_ID, CUTOFF, TS]].drop_duplicates(),
+                              freq_s=freq_s)
     parts = []
     for block in blocks:
         refs = plan_levels(base, panel, block=block, horizon=horizon, capacity=capacity,
-                           headroom=headroom)
+                           headroom=headroom, day_kind=day_kind)
         plans = [p for p in REFERENCES if not (p == SAME_BLOCK and _same(block, horizon))]
         plans += [headroom_plan(m) for m in headroom]
         scored = score_plans(refs, plans, freq_s=freq_s)
@@ -280,7 +289,8 @@ def planning_table(
         for model in models:
             mframe = frame[frame[MODEL] == model].reset_index(drop=True)
             levels = plan_levels(mframe, panel, block=block, horizon=horizon,
-                                 quantiles=quantiles, capacity=capacity, floor=floor)
+                                 quantiles=quantiles, capacity=capacity, floor=floor,
+                                 day_kind=day_kind)
             scored = score_plans(levels, [quantile_column(q) for q in quantiles],
                                  freq_s=freq_s)
             scored["quantile"] = scored["plan"].map(

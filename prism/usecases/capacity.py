@@ -241,6 +241,7 @@ def plan_cluster_capacity(
             reservation, or while the hub fits a model.
     """
     from prism.capacity import DISTRIBUTION_LEVELS, plan_capacity
+    from prism.day_kind import WEEK_DAYS
 
     if not 0 < quantile < 1:
         raise ConfigError(f"--quantile {quantile!r} must be between 0 and 1, e.g. 0.95")
@@ -263,11 +264,14 @@ def plan_cluster_capacity(
     sizing = frame[frame[SERIES_ID].isin(set(series.sizing.values()))]
     at = pd.Timestamp(frame["ts"].min())
     gpus, where = capacities_at(store, cluster, list(series.sizing), at, capacity_table)
-    recent = store.load_panel(series.all_ids(), start=at - _RECENT, end=at)
+    # one read of the history: the last 7 days (peaks, queue) and, for the floor, 4 weeks
+    back = pd.Timedelta(days=WEEK_DAYS + 1) if day_floor else _RECENT
+    history = store.load_panel(series.all_ids(), start=at - back, end=at)
+    recent = history[history[TS] >= at - _RECENT]
     peaks = recent.groupby(SERIES_ID)["value"].max()
     recent_peak = {s: float(peaks[sid]) for s, sid in series.sizing.items() if sid in peaks}
     queue, queue_peak = _queue(frame, recent, series)
-    floor = _day_floor(store, sizing, at, freq_s) if day_floor else None
+    floor = _day_floor(history, sizing, at, freq_s) if day_floor else None
     plan = plan_capacity(sizing, gpus, quantile=float(quantile), freq_s=freq_s, watts=watts,
                          growth=growth, reservations=reservations, recent_peak=recent_peak,
                          capacity_source=where, queue=queue, queue_peak=queue_peak,
@@ -284,16 +288,15 @@ def plan_cluster_capacity(
     return plan.only(scope) if scope is not None else plan
 
 
-def _day_floor(store: Store, sizing: pd.DataFrame, at: pd.Timestamp,
+def _day_floor(history: pd.DataFrame, sizing: pd.DataFrame, at: pd.Timestamp,
                freq_s: int) -> pd.DataFrame:
     """The day-kind floor of each planned step (:func:`prism.day_kind.day_kind_floor`), from
     the history before the window."""
-    from prism.day_kind import WEEK_DAYS, day_kind_floor
+    from prism.day_kind import day_kind_floor
 
-    ids = sorted(set(sizing[SERIES_ID].astype(str)))
-    history = store.load_panel(ids, start=at - pd.Timedelta(days=WEEK_DAYS + 1), end=at)
     steps = sizing[[SERIES_ID, TS]].assign(cutoff=at - pd.Timedelta(seconds=freq_s))
-    return day_kind_floor(history, steps, freq_s=freq_s)
+    return day_kind_floor(history[history[SERIES_ID].isin(set(steps[SERIES_ID]))], steps,
+                          freq_s=freq_s)
 
 
 def record_plan(store: Store, plan: CapacityPlan, *, model: str, served_by: str,

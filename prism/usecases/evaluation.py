@@ -280,10 +280,11 @@ def _planning_scores(store: Store, backtest: Backtest, *, horizon: str,
         gpus, _ = capacities_at(store, cluster, [scope], at)
         if scope in gpus:
             capacity[str(sid)] = gpus[scope]
+    floor = True  # sized as `prism capacity` sizes by default; --max-unmet reads this back
     table, by_series = planning_table(frame, panel, horizon=horizon, quantiles=quantiles,
-                                      blocks=blocks, capacity=capacity)
+                                      blocks=blocks, capacity=capacity, floor=floor)
     run_id = store.save_evaluation("planning", by_series, json.dumps({
         "models": ",".join(map(str, pd.unique(frame["model"]))), "horizon": horizon,
         "windows": int(frame["cutoff"].nunique()),
-        "series": len(by_series[SERIES_ID].unique()), "day_kind_floor": True}))
+        "series": len(by_series[SERIES_ID].unique()), "day_kind_floor": floor}))
     return table, run_id
