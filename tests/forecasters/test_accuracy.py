@@ -1,8 +1,9 @@
 """Accuracy guard: ``(model, max_mase)`` on a fixed slice of the real Helios Earth traces.
 
 Five VCs (``gpus_in_use`` at 10 min, May 2020), 1-day horizon, 3 daily cutoffs ending at the
-last point. The limits are the MASE measured when each model landed plus 5 %: a change that
-makes a model clearly worse here fails. (PRISM's 1.670 is naive's: on this slice its stacker
+last point (the slowest models, ``arima`` and ``mstl``, the last one only: 3 took them 48 s and
+16 s of the suite). The limits are the MASE measured when each model landed plus 5 %: a change
+that makes a model clearly worse here fails. (PRISM's 1.670 is naive's: on this slice its stacker
 finds nothing that beats the last value and keeps it.) The full comparison is the accuracy benchmark
 (``python -m evaluation.benchmarks.accuracy``), not this test.
 """
@@ -33,9 +34,11 @@ TABLE = [
     ("gru", 1.318, False),
     ("lstm", 1.332, False),
     ("gbm", 1.450, True),
-    ("arima", 1.605, True),
-    ("mstl", 2.606, True),
+    ("arima", 0.636, True),  # over the last cutoff only (ONE_WINDOW); 1.603 over 3
+    ("mstl", 1.886, True),  # the same; 2.606 over 3
 ]
+#: Models scored on the last cutoff only (each fit is seconds per series).
+ONE_WINDOW = {"arima", "mstl"}
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +59,8 @@ def test_every_forecaster_is_in_the_table() -> None:
      for a, m, slow in TABLE if a != "prism"],  # PRISM's: in the test below, one fit
 )
 def test_mase_on_the_helios_slice(helios: pd.DataFrame, alias: str, landed: float) -> None:
-    frame = backtest({alias: get_forecaster(alias)}, helios, horizon="1d", windows=3)
+    windows = 1 if alias in ONE_WINDOW else 3
+    frame = backtest({alias: get_forecaster(alias)}, helios, horizon="1d", windows=windows)
     mase = float(summary(frame, helios)["mase"].iloc[0])
     assert mase <= 1.05 * landed, f"{alias}: MASE {mase:.4f}, landed at {landed}"
 
