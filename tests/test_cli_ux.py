@@ -113,6 +113,32 @@ def test_help_imports_no_heavy_module() -> None:
         assert shown.returncode == 0 and b"--output" in shown.stdout
 
 
+def test_options_are_not_abbreviated_and_a_misspelt_one_names_the_close_ones(
+        db: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # backtest's --models on forecast was read as a prefix of --models-dir: PRISM forecast
+    # from a registry named "naive", with no word said
+    models_dir = tmp_path / "naive"
+    with pytest.raises(SystemExit) as stop:
+        main(["--db", db, "forecast", SID, "--models", "naive", "--save"])
+    assert stop.value.code == 2 and not models_dir.exists()
+    err = capsys.readouterr().err
+    assert "prism forecast: error: unrecognized arguments: --models naive" in err
+    assert "did you mean --model or --models-dir?" in err
+    for argv, hint in ((["backtest", "--model", "naive"], "did you mean --models"),
+                       (["capacity", "--cluster", "lab", "--quant", "0.9"],
+                        "did you mean --quantile"),
+                       (["series", "list", "--clust", "lab"], "did you mean --cluster?")):
+        with pytest.raises(SystemExit) as stop:
+            main(["--db", db, *argv])
+        assert stop.value.code == 2 and hint in capsys.readouterr().err
+    # spelt out, the same options work; an unknown word with nothing close gets no hint
+    assert main(["--db", db, "series", "list", "--cluster", "lab", "--json"]) == 0
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        main(["--db", db, "series", "list", "--zzz"])
+    assert "did you mean" not in capsys.readouterr().err
+
+
 # -- --db ------------------------------------------------------------------------------------
 def test_db_after_the_command_wins(tmp_path: Path, db: str,
                                    capsys: pytest.CaptureFixture[str]) -> None:

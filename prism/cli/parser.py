@@ -7,6 +7,8 @@ Imports no heavy module (``prism --help`` stays fast): the command functions liv
 from __future__ import annotations
 
 import argparse
+import difflib
+from collections.abc import Sequence
 from pathlib import Path
 
 from prism import __version__
@@ -22,11 +24,39 @@ _MODELS_DIR_HELP = "the model registry (default: $PRISM_MODELS_DIR or ./models)"
 
 
 class Parser(argparse.ArgumentParser):
-    """An argument parser whose help says each option's default (its subparsers too)."""
+    """An argument parser whose help says each option's default (its subparsers too).
+
+    Options must be spelled out: with argparse's abbreviations ``prism forecast --models
+    naive`` was read as ``--models-dir naive`` (``--models`` is ``backtest``'s option) and
+    forecast with PRISM from a registry at ``naive``. An unknown option names the command's
+    closest ones instead.
+    """
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         kwargs.setdefault("formatter_class", HelpFormatter)
+        kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+
+    def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                         namespace: argparse.Namespace | None = None
+                         ) -> tuple[argparse.Namespace, list[str]]:
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras and self._subparsers is None:  # a command's own parser: say what it has
+            self.error(f"unrecognized arguments: {' '.join(extras)}{self._suggest(extras)}")
+        return parsed, extras
+
+    def _suggest(self, extras: Sequence[str]) -> str:
+        """`` (did you mean --model?)`` for the options in ``extras`` close to this parser's."""
+        known = [o for action in self._actions for o in action.option_strings
+                 if o.startswith("--") and o not in ("--help", "--version")]
+        hints = []
+        for token in extras:
+            name = token.split("=", 1)[0]
+            if name.startswith("--") and name not in known:
+                close = difflib.get_close_matches(name, known, n=2, cutoff=0.6)
+                if close:
+                    hints.append(f"{name}: did you mean {' or '.join(close)}?")
+        return f" ({'; '.join(hints)})" if hints else ""
 
 
 def db_flag(p: argparse.ArgumentParser) -> None:
