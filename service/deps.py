@@ -76,6 +76,8 @@ def parse_query(model: type[Q], request: Request) -> Q:
         values = params.getlist(name)
         if values:
             data[name] = values if name in lists else values[-1]
+    for name in params.keys() - model.model_fields.keys():  # the model forbids them: 422
+        data[name] = params[name]
     try:
         return model.model_validate(data)
     except ValidationError as exc:

@@ -8,20 +8,24 @@
 - a write that failed because the disk is full (``ENOSPC``, also behind a ``PrismError``, as
   an ingest wraps what its writes raise) -> 507, saying nothing of the request was stored
 - a body that is not JSON -> 400 naming where it stops being JSON; other request fields
-  pydantic refuses -> 422 (FastAPI's list of errors)
+  pydantic refuses -> 422 (FastAPI's list of errors); a query parameter the route does not
+  take -> 422 naming the route's close ones and all it takes
 - anything else -> 500 ``{"detail": ...}`` (the traceback goes to the server's log)
 """
 
 from __future__ import annotations
 
+import difflib
 import errno
 import logging
 import re
+from typing import Any
 
 from fastapi import Request
 from fastapi.exception_handlers import request_validation_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
 
 from prism.errors import (
     ConfigError,
@@ -83,10 +87,50 @@ async def handle_validation_error(request: Request, exc: Exception) -> JSONRespo
     JSON is 400 ``{"detail": "...at line L column C..."}``; other refused fields keep
     FastAPI's 422 list."""
     assert isinstance(exc, RequestValidationError)
-    for error in exc.errors():
+    errors = list(exc.errors())
+    for error in errors:
         if error.get("type") == "json_invalid":
             return JSONResponse({"detail": _json_error(error, exc.body)}, status_code=400)
+    if any(_unknown_query(e) for e in errors):
+        names = _query_names(request)
+        errors = [{**e, "msg": _unknown_message(str(e["loc"][1]), names)}
+                  if _unknown_query(e) else e for e in errors]
+        exc = RequestValidationError(errors, body=exc.body)
     return await request_validation_exception_handler(request, exc)
+
+
+def _unknown_query(error: dict[str, Any]) -> bool:
+    loc: tuple[Any, ...] = tuple(error.get("loc") or ())
+    return error.get("type") == "extra_forbidden" and len(loc) == 2 and loc[0] == "query"
+
+
+def _unknown_message(name: str, names: list[str]) -> str:
+    """``unknown query parameter 'quantiles': did you mean 'quantile'? (this route takes
+    ...)``."""
+    close = difflib.get_close_matches(name, names, n=2, cutoff=0.6)
+    hint = f": did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    takes = f" (this route takes {', '.join(names)})" if names else ""
+    return f"unknown query parameter {name!r}{hint}{takes}"
+
+
+def _query_names(request: Request) -> list[str]:
+    """The query parameters the request's route takes: its query models' fields, its plain
+    query parameters and those it documents for parsing itself (``GET /v1/forecast``)."""
+    route = request.scope.get("route")
+    extra = getattr(route, "openapi_extra", None) or {}
+    names = {p["name"] for p in extra.get("parameters", ()) if p.get("in") == "query"}
+    dependant = getattr(route, "dependant", None)
+    stack = [dependant] if dependant is not None else []
+    while stack:
+        node = stack.pop()
+        for field in node.query_params:
+            annotation = field.field_info.annotation
+            if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+                names.update(annotation.model_fields)
+            else:
+                names.add(field.alias)
+        stack.extend(node.dependencies)
+    return sorted(names)
 
 
 def unexpected_error_response(exc: Exception) -> JSONResponse:

@@ -129,8 +129,18 @@ class ReadyOut(BaseModel):
     cached_forecasts: int
 
 
+# -- query strings ------------------------------------------------------------------------------
+class QueryModel(BaseModel):
+    """The query string of a route: a parameter the route does not take is a 422
+    (``extra_forbidden``, its name in ``loc``; :func:`service.errors.handle_validation_error`
+    names the route's close ones), not silently ignored: ``quantiles=0.9`` on
+    ``/v1/capacity``, whose parameter is ``quantile``, once gave a p95 plan."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
 # -- series -------------------------------------------------------------------------------------
-class SeriesQuery(BaseModel):
+class SeriesQuery(QueryModel):
     """Filters of the series catalogue."""
 
     cluster: Name | None = None
@@ -163,7 +173,7 @@ class SeriesListOut(BaseModel):
     series: list[SeriesOut]
 
 
-class ValuesQuery(BaseModel):
+class ValuesQuery(QueryModel):
     """Which values of a series."""
 
     series_id: SeriesId
@@ -174,7 +184,7 @@ class ValuesQuery(BaseModel):
                              description="only the last N values")
 
 
-class ExportQuery(BaseModel):
+class ExportQuery(QueryModel):
     """Which series to export, and how."""
 
     series_id: list[SeriesId] = Field(default_factory=list, max_length=10_000,
@@ -198,7 +208,7 @@ class ValuesOut(BaseModel):
 
 
 # -- forecasts ----------------------------------------------------------------------------------
-class ForecastQuery(BaseModel):
+class ForecastQuery(QueryModel):
     """``GET /v1/forecast``: one series."""
 
     series_id: SeriesId
@@ -291,7 +301,7 @@ class ForecastsOut(BaseModel):
 
 
 # -- decomposition ------------------------------------------------------------------------------
-class DecompositionQuery(BaseModel):
+class DecompositionQuery(QueryModel):
     """``GET /v1/decomposition``."""
 
     series_id: SeriesId
@@ -349,7 +359,7 @@ Reservation = Annotated[str, Field(max_length=256, pattern=r"^[^,]+,[^,]+,[^,]+,
                                    examples=["vc-27a,2026-01-12T08:00,2026-01-12T20:00,8"])]
 
 
-class CapacityQuery(BaseModel):
+class CapacityQuery(QueryModel):
     """``GET /v1/capacity``: the plan of a cluster (what ``prism capacity`` prints)."""
 
     cluster: Name
@@ -552,7 +562,7 @@ class ProcurementOut(BaseModel):
     rows: list[ProcurementRowOut]
 
 
-class TrackRecordQuery(BaseModel):
+class TrackRecordQuery(QueryModel):
     """``GET /v1/capacity/track-record``."""
 
     cluster: Name
@@ -616,7 +626,7 @@ class TrackRecordOut(BaseModel):
     plans: list[ScoredPlanOut] | None = None
 
 
-class ReportQuery(BaseModel):
+class ReportQuery(QueryModel):
     """``GET /v1/reports/capacity``."""
 
     cluster: Name | None = None
@@ -629,7 +639,7 @@ class ReportQuery(BaseModel):
 
 
 # -- ingest -------------------------------------------------------------------------------------
-class IngestQuery(BaseModel):
+class IngestQuery(QueryModel):
     """``POST /v1/ingest``: the options of ``prism ingest``."""
 
     format: str = Field(max_length=64, pattern=r"^[a-z][a-z0-9-]*$", examples=["jobs-csv"],

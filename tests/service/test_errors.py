@@ -72,6 +72,32 @@ def test_negative_horizon_and_quantile_above_one_name_the_field(client: TestClie
     assert zero.status_code == 422
 
 
+def test_a_query_parameter_the_route_does_not_take_is_422_naming_the_close_ones(
+        client: TestClient) -> None:
+    # ignored, these asked for p90 and got p95, asked for one cluster and got them all
+    for path, params, name, close in (
+            ("/v1/forecast", {"series_id": SERIES, "quantile": "0.9"}, "quantile",
+             "'quantiles'"),
+            ("/v1/capacity", {"cluster": "cluster-0", "quantiles": "0.9"}, "quantiles",
+             "'quantile'"),
+            ("/v1/series", {"clusters": "cluster-0"}, "clusters", "'cluster'"),
+            ("/v1/series/values", {"series_id": SERIES, "tial": "2"}, "tial", "'tail'")):
+        response = client.get(path, params=params)
+        assert response.status_code == 422, path
+        [error] = response.json()["detail"]
+        assert error["loc"] == ["query", name] and error["type"] == "extra_forbidden"
+        assert error["msg"].startswith(f"unknown query parameter {name!r}: did you mean {close}?")
+        assert "(this route takes " in error["msg"]
+    upload = client.post("/v1/ingest", params={"format": "long-csv", "clustr": "lab"},
+                         files={"file": ("a.csv", b"series_id,ts,value\n")})
+    assert upload.status_code == 422
+    assert "did you mean 'cluster'?" in upload.json()["detail"][0]["msg"]
+    assert client.get("/v1/series", params={"cluster": "lab"}).json()["count"] == 0
+    # the route's own parameters are as before
+    assert client.get("/v1/series/values", params={"series_id": SERIES, "tail": 2}
+                      ).status_code == 200
+
+
 def test_unknown_model_and_parameter_say_what_there_is(client: TestClient) -> None:
     model = client.get("/v1/forecast", params={"series_id": SERIES, "model": "magic"})
     assert model.status_code == 422 and "seasonal_naive" in model.json()["detail"]
