@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+
 from prism.errors import ConfigError
 from prism.forecasters.base import BaseForecaster, clone
 from prism.forecasters.baselines import (
@@ -46,4 +48,25 @@ def get_forecaster(alias: str, **params: object) -> BaseForecaster:
         raise ConfigError(f"bad parameters for {alias!r}: {exc}") from exc
 
 
-__all__ = ["FORECASTERS", "BaseForecaster", "clone", "get_forecaster"]
+#: The libraries the forecasters and the decomposer import on first use (inside functions,
+#: so that ``prism --help`` and the cheap baselines stay light).
+LAZY_LIBRARIES = (
+    "sklearn.ensemble", "sklearn.decomposition", "sklearn.cluster", "sklearn.exceptions",
+    "scipy.optimize", "scipy.stats", "statsmodels.tsa.stattools", "statsmodels.tsa.seasonal",
+    "statsmodels.tsa.holtwinters", "statsmodels.tsa.arima.model", "torch",
+)
+
+
+def import_libraries() -> None:
+    """Import :data:`LAZY_LIBRARIES` now, in this thread.
+
+    A server calls it before it starts threads: two threads importing scikit-learn at once
+    (the hub's warm-up fit and a request that loads a saved model) made Python raise a
+    ``_DeadlockError`` in one of them (in 3 of 6 starts of the API with a request at once).
+    """
+    for name in LAZY_LIBRARIES:
+        importlib.import_module(name)
+
+
+__all__ = ["FORECASTERS", "LAZY_LIBRARIES", "BaseForecaster", "clone", "get_forecaster",
+           "import_libraries"]

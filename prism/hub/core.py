@@ -15,7 +15,7 @@ import pandas as pd
 from prometheus_client.core import Metric
 
 from prism.errors import ConfigError
-from prism.forecasters import get_forecaster
+from prism.forecasters import get_forecaster, import_libraries
 from prism.forecasters.base import check_quantiles, horizon_steps, quantile_column
 from prism.hub.cache import ForecastCache, cache_key
 from prism.hub.catalogue import Catalogue
@@ -108,7 +108,15 @@ class ForecastHub:
 
     # -- life cycle ----------------------------------------------------------------------------
     def start(self) -> ForecastHub:
-        """Read the catalogue and the registry, and start the background threads."""
+        """Import the forecasting libraries, read the catalogue and the registry, and start
+        the background threads.
+
+        The imports (about 3 s the first time in a process) come first, in this thread: the
+        warm-up fit and the first requests would otherwise import scikit-learn and torch in
+        several threads at once, which can end in Python's ``_DeadlockError``
+        (:func:`prism.forecasters.import_libraries`).
+        """
+        import_libraries()
         with self._store.cursor() as cur:
             self._catalogue.refresh(cur)
         self._jobs.index_registry()

@@ -183,8 +183,11 @@ class ModelJobs:
             self._fits.fit(get_forecaster(alias), panel, budget_s=_WARM_UP_BUDGET_S,
                            what=f"the warm-up of {alias}")
         except Exception as exc:  # a warm-up must never take the hub down
-            logger.warning("warm-up fit of %s failed (%s: %s); the first fit will be slower",
-                           alias, type(exc).__name__, exc)
+            if self._stop.is_set():  # the server stopped before it was done: nothing wrong
+                logger.info("warm-up of %s stopped with the server", alias)
+            else:
+                logger.warning("warm-up fit of %s failed (%s: %s); the first fit will be "
+                               "slower", alias, type(exc).__name__, exc)
             return
         finally:
             self.warm.set()

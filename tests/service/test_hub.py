@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -260,3 +263,45 @@ def test_models_past_the_limit_leave_memory_and_reload_from_the_registry(
     finally:
         hub.close()
         store.close()
+
+
+def test_the_hub_imports_the_forecasting_libraries_before_its_threads(tmp_path: Path) -> None:
+    # two threads importing scikit-learn at once (the warm-up fit, a request loading a saved
+    # model) made Python raise _DeadlockError in one of them: start() imports them first, in
+    # its own thread, before any thread of the hub runs. A fresh interpreter, so neither
+    # scikit-learn nor torch is imported already.
+    script = (
+        "import sys, threading\n"
+        "from prism.forecasters import LAZY_LIBRARIES\n"
+        "from prism.hub import ForecastHub\n"
+        "from prism.store import Store\n"
+        "assert 'sklearn.ensemble' not in sys.modules and 'torch' not in sys.modules\n"
+        "started = threading.Thread.start\n"
+        "def start(self):\n"
+        "    missing = [m for m in LAZY_LIBRARIES if m not in sys.modules]\n"
+        "    assert not missing, f'thread {self.name} started before {missing}'\n"
+        "    started(self)\n"
+        "threading.Thread.start = start\n"
+        f"store = Store.open({str(tmp_path / 's.duckdb')!r})\n"
+        f"hub = ForecastHub(store, models_dir={str(tmp_path / 'models')!r},\n"
+        "                  default_model='naive').start()\n"
+        "hub.close(); store.close(); print('ok')\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+def test_lazy_libraries_lists_every_library_imported_inside_a_function() -> None:
+    # import_libraries() protects only what it imports: a new lazy import of scikit-learn,
+    # SciPy, statsmodels or torch must be listed (or be a module those import)
+    lazy = re.compile(r"^\s+(?:from\s+((?:sklearn|scipy|statsmodels|torch)[\w.]*)\s+import"
+                      r"|import\s+((?:sklearn|scipy|statsmodels|torch)[\w.]*))", re.M)
+    root = Path(__file__).resolve().parents[2] / "prism"
+    found = {m.group(1) or m.group(2) for path in root.rglob("*.py")
+             for m in lazy.finditer(path.read_text())}
+    assert found, "no lazy import found: the pattern is wrong"
+    script = ("import sys\nfrom prism.forecasters import import_libraries\nimport_libraries()\n"
+              f"print([m for m in {sorted(found)!r} if m not in sys.modules])")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120, check=True)
+    assert done.stdout.strip() == "[]", f"import them in import_libraries: {done.stdout}"
