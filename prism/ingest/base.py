@@ -404,13 +404,29 @@ def read_table(
         frame[LINE] = _row_lines(data, len(frame))
     missing = [c for c in required if c not in frame.columns]
     if missing:
+        columns = list(frame.columns[:-1])
+        other = _other_delimiter(columns, delimiter) if not _is_parquet(path) else None
         raise IngestError(
-            f"missing column(s) {missing}; the file has {list(frame.columns[:-1])}",
+            f"missing column(s) {missing}; the file has {columns}"
+            + (f" (one column: its fields are separated by {other!r}, not {delimiter!r})"
+               if other else ""),
             path=str(path),
             line=None if _is_parquet(path) else 1,
-            fix="rename the columns or map them with --map CANONICAL=COLUMN",
+            fix=(f"write the file with {delimiter!r} between fields (pandas: to_csv(path, "
+                 f"sep={delimiter!r}); a spreadsheet: save as comma-separated CSV)" if other
+                 else "rename the columns or map them with --map CANONICAL=COLUMN"),
         )
     return frame
+
+
+def _other_delimiter(columns: list[str], delimiter: str) -> str | None:
+    """The delimiter a one-column header holds instead of ``delimiter`` (``;`` from a
+    spreadsheet in a locale with decimal commas, tabs, pipes), or ``None``."""
+    if len(columns) != 1:
+        return None
+    counts = {d: str(columns[0]).count(d) for d in (";", "\t", "|") if d != delimiter}
+    best = max(counts, key=lambda d: counts[d])
+    return best if counts[best] else None
 
 
 def _read_csv_bytes(

@@ -272,3 +272,26 @@ def test_rows_the_stream_inserted_before_a_bad_block_are_deleted(
         assert store.fetch_one("SELECT count(*) FROM rejects") == (rejected,)
     # the stream inserted several blocks before it met the bad row (they were then deleted)
     assert len(streamed) > 3 and sum(streamed[:-1 if on_error == "skip" else None]) > 200
+
+
+@pytest.mark.parametrize(("sep", "shown"), [(";", "';'"), ("\t", "'\\t'")])
+def test_a_file_separated_by_another_character_says_so_and_stores_nothing(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], sep: str, shown: str) -> None:
+    # a spreadsheet in a locale with decimal commas writes ';' between fields: the header is
+    # one column, and "missing series_id, ts, value" alone leaves the user guessing
+    path = tmp_path / "samples.csv"
+    path.write_text(sep.join(["series_id", "ts", "value"]) + "\n"
+                    + sep.join(["lab/all/gpus_in_use", "2026-01-05T00:00:00Z", "3"]) + "\n")
+    db = str(tmp_path / "s.duckdb")
+    assert main(["--db", db, "ingest", str(path), "--format", "long-csv"]) == 1
+    err = capsys.readouterr().err
+    assert "samples.csv, line 1: missing column(s)" in err
+    assert f"its fields are separated by {shown}, not ','" in err
+    assert "Fix: write the file with ',' between fields" in err
+    with Store.open(db) as store:
+        assert store.list_series().empty
+    # a header that is simply other names keeps the --map advice
+    path.write_text("a,b\n1,2\n")
+    assert main(["--db", db, "ingest", str(path), "--format", "long-csv"]) == 1
+    err = capsys.readouterr().err
+    assert "separated by" not in err and "--map CANONICAL=COLUMN" in err
