@@ -59,10 +59,14 @@ def series_values(
     Raises:
         SeriesNotFound: for an unknown series, with the closest ids.
         DataContractError: for an id that is not ``cluster/scope/metric``.
-        ConfigError: for a ``start`` or ``end`` that is not a time.
+        ConfigError: for a ``start`` or ``end`` that is not a time, or a ``start`` not
+            before ``end``.
     """
     split_series_id(series_id)
     lo, hi = _time_arg(start, "start"), _time_arg(end, "end")
+    if lo is not None and hi is not None and lo >= hi:
+        raise ConfigError(f"start {start!r} is not before end {end!r}: the window [start, end) "
+                          "holds nothing; swap them, or leave one out")
     store.require_series([series_id])
     frame = store.fetch_df(
         """SELECT ts, value, filled FROM series_values WHERE series_id = ?
@@ -80,7 +84,7 @@ def _time_arg(text: str | None, name: str) -> pd.Timestamp | None:
     try:
         ts = pd.Timestamp(text)
     except ValueError as exc:
-        raise ConfigError(f"--{name} {text!r} is not a time; write e.g. 2020-05-03T10:00") from exc
+        raise ConfigError(f"{name} {text!r} is not a time; write e.g. 2020-05-03T10:00") from exc
     return ts.tz_convert("UTC").tz_localize(None) if ts.tzinfo else ts
 
 

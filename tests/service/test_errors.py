@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import shutil
 import time
 from pathlib import Path
 
 import httpx
+import pytest
 from fastapi.testclient import TestClient
 
+from prism.cli import main
 from service.app import create_app
 from tests.service.conftest import SERIES, LiveServer, Trace, make_settings, started
 
@@ -160,3 +163,24 @@ def test_a_value_that_reads_like_a_full_disk_is_still_the_clients_error(
         response = client.get("/v1/series/values", params={"series_id": SERIES, "end": text})
         assert response.status_code in (400, 422), response.text
         assert text in response.json()["detail"] and "disk is full" not in response.text
+
+
+def test_a_window_that_ends_before_it_starts_is_422_over_http_and_1_in_the_cli(
+        client: TestClient, trace: Trace, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # it was an empty 200: a scheduler could not tell it from a series with no data there
+    window = {"start": "2026-02-01", "end": "2026-01-01"}
+    response = client.get("/v1/series/values", params={"series_id": SERIES, **window})
+    assert response.status_code == 422
+    assert response.json()["detail"].startswith("start '2026-02-01' is not before end")
+    assert "swap them" in response.json()["detail"]
+    bad = client.get("/v1/series/values", params={"series_id": SERIES, "start": "yesterday"})
+    assert bad.status_code == 422 and bad.json()["detail"].startswith("start 'yesterday'")
+    db = tmp_path / "copy.duckdb"  # the template store stays untouched
+    shutil.copy(trace.db, db)
+    assert main(["--db", str(db), "series", "show", SERIES, "--start", "2026-02-01",
+                 "--end", "2026-01-01"]) == 1
+    assert "is not before end" in capsys.readouterr().err
+    ok = client.get("/v1/series/values", params={"series_id": SERIES, "start": "2026-01-01",
+                                                 "end": "2026-02-01"})
+    assert ok.status_code == 200
