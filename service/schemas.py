@@ -351,6 +351,8 @@ class DecompositionOut(BaseModel):
     bursts: list[BurstOut]
     level_shifts: list[LevelShiftOut]
     variance_share: dict[str, float]
+    note: str = Field(default="", description="why a part is missing, e.g. no primitives "
+                      "where no series of the cluster has a day that moves")
 
 
 # -- capacity -----------------------------------------------------------------------------------

@@ -203,6 +203,8 @@ def _cmd_decompose(args: argparse.Namespace) -> int:
         _out.print(_table(shifts, title="level shifts"))
     shares = summary["variance_share"]
     _out.print("variance share: " + ", ".join(f"{k} {v:.0%}" for k, v in shares.items()))
+    if summary["note"]:
+        _err.print(f"note: {summary['note']}")
     if args.plot:
         _out.print(f"plot written to {args.plot}")
     return 0

@@ -66,6 +66,7 @@ class SeriesDecomposition:
         level_shifts: level shifts (indices into ``values``).
         usage: one row per atom the series uses: ``atom_id, kind, label, share`` (share of the
             detrended windows' variance the atom explains), largest share first.
+        note: why a part is missing (no primitives: no dictionary could be learned), or "".
     """
 
     series_id: str
@@ -78,6 +79,7 @@ class SeriesDecomposition:
     level_shifts: list[LevelShift]
     usage: pd.DataFrame
     top_atoms: dict[str, np.ndarray] = field(default_factory=dict)
+    note: str = ""
 
     def summary(self, *, top: int = 5) -> dict[str, Any]:
         """A JSON-ready summary: periods, top primitives, bursts and level shifts."""
@@ -101,6 +103,7 @@ class SeriesDecomposition:
                         "height": b.height} for b in self.bursts],
             "level_shifts": [{"at": iso(s.at), "delta": s.delta} for s in self.level_shifts],
             "variance_share": self.variance_shares(),
+            "note": self.note,
         }
 
     def variance_shares(self) -> dict[str, float]:
@@ -232,10 +235,12 @@ def decompose_values(
     values: np.ndarray,
     *,
     freq_s: int,
-    dictionary: PrimitiveDictionary,
+    dictionary: PrimitiveDictionary | None,
     random_state: int | None = 0,
+    note: str = "",
 ) -> SeriesDecomposition:
-    """Decompose one regular series (see the module docstring for the steps)."""
+    """Decompose one regular series (see the module docstring for the steps); without a
+    ``dictionary`` its primitives are 0 and ``note`` says why."""
     y = np.asarray(values, dtype=np.float64)
     if not np.isfinite(y).all():
         raise DataContractError(
@@ -268,13 +273,16 @@ def decompose_values(
     residual = y - level - trend - prim - burst - spectral
     components = {"level": level, "trend": trend, "primitives": prim, "bursts": burst,
                   "spectral": spectral, "residual": residual}
-    index = {aid: i for i, aid in enumerate(dictionary.atom_ids_)}
-    top = {aid: np.asarray(dictionary.atoms_[index[aid]]) for aid in usage["atom_id"].head(4)}
+    top: dict[str, np.ndarray] = {}
+    if dictionary is not None:
+        index = {aid: i for i, aid in enumerate(dictionary.atom_ids_)}
+        top = {aid: np.asarray(dictionary.atoms_[index[aid]])
+               for aid in usage["atom_id"].head(4)}
     return SeriesDecomposition(series_id, ts, y, freq_s, components, periods, bursts, shifts,
-                               usage, top)
+                               usage, top, note)
 
 
-def _primitives(detrended: np.ndarray, dictionary: PrimitiveDictionary
+def _primitives(detrended: np.ndarray, dictionary: PrimitiveDictionary | None
                 ) -> tuple[np.ndarray, pd.DataFrame]:
     """Encode half-overlapping windows (the last aligned to the end) and blend them.
 
@@ -282,8 +290,10 @@ def _primitives(detrended: np.ndarray, dictionary: PrimitiveDictionary
     cross-faded with tapered weights, so that no seam appears at window edges (a seam would
     otherwise show up as a false burst).
     """
-    n, length = len(detrended), dictionary.length
     cols = ["atom_id", "kind", "label", "share"]
+    if dictionary is None:
+        return np.zeros(len(detrended)), pd.DataFrame(columns=cols)
+    n, length = len(detrended), dictionary.length
     if n < length:
         return np.zeros(n), pd.DataFrame(columns=cols)
     stride = max(1, length // 2)
@@ -332,8 +342,14 @@ def decompose(
     """
     panel = validate_panel(panel)
     freq_s = panel_freq(panel, purpose="be decomposed")
+    note = ""
     if dictionary is None:
-        dictionary = fit_dictionary(panel, random_state=random_state)
+        try:
+            dictionary = fit_dictionary(panel, random_state=random_state)
+        except DataContractError as exc:
+            # an idle cluster, a series of a few hours: the other parts still hold
+            note = f"no primitives: no dictionary could be learned from these series ({exc})"
+            logger.info("%s", note)
     arrays = _series_arrays(panel)
     wanted = list(series_ids) if series_ids is not None else list(arrays)
     out = Decomposition(dictionary=dictionary)
@@ -342,7 +358,8 @@ def decompose(
             raise DataContractError(f"series {sid!r} is not in the panel")
         ts, values = arrays[sid]
         out.series[sid] = decompose_values(sid, ts, values, freq_s=freq_s,
-                                           dictionary=dictionary, random_state=random_state)
+                                           dictionary=dictionary, random_state=random_state,
+                                           note=note)
         logger.info("decomposed %s: %d periods, %d bursts, %d level shifts", sid,
                     len(out.series[sid].periods), len(out.series[sid].bursts),
                     len(out.series[sid].level_shifts))

@@ -101,3 +101,37 @@ def test_cli_decompose_json_and_plot(tmp_path: Path, traces: Path,
     assert "periods" in text and "top primitives" in text and "variance share" in text
     assert main(["--db", db, "decompose", "earth/vcNope/gpus_in_use"]) == 1
     assert "not in the store" in capsys.readouterr().err
+
+
+def test_an_idle_cluster_decomposes_without_primitives_and_says_why(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # every series of the cluster flat (idle VCs, a constant reservation) or a few hours long:
+    # no dictionary can be learned, which used to fail the whole decomposition
+    t0 = pd.Timestamp("2026-01-05")
+    rows = [("idle/zero/gpus_in_use", t0 + pd.Timedelta(minutes=10 * i), 0.0)
+            for i in range(2 * DAY)]
+    rows += [("idle/held/gpus_in_use", t0 + pd.Timedelta(minutes=10 * i), 8.0 + (i >= DAY))
+             for i in range(2 * DAY)]
+    rows += [("idle/new/gpus_in_use", t0 + pd.Timedelta(minutes=10 * i), 5.0) for i in range(3)]
+    panel = pd.DataFrame(rows, columns=["series_id", "ts", "value"])
+    out = decompose(panel[panel["series_id"] != "idle/new/gpus_in_use"])
+    assert out.dictionary is None
+    for sid, part in out.series.items():
+        assert part.note.startswith("no primitives: no dictionary could be learned"), sid
+        assert not part.components["primitives"].any() and part.usage.empty
+        np.testing.assert_allclose(sum(part.components[c] for c in COMPONENTS), part.values,
+                                   atol=1e-9)
+    held = out.series["idle/held/gpus_in_use"]
+    assert [round(s.delta) for s in held.level_shifts] == [1]  # the step is still found
+    # the CLI, as a user meets it: exit 0, the tables, and the note on stderr
+    path = tmp_path / "idle.csv"
+    panel.to_csv(path, index=False)
+    db = str(tmp_path / "s.duckdb")
+    assert main(["--db", db, "ingest", str(path), "--format", "long-csv", "-q"]) == 0
+    capsys.readouterr()
+    for sid in ("idle/zero/gpus_in_use", "idle/new/gpus_in_use"):
+        assert main(["--db", db, "decompose", sid]) == 0
+        captured = capsys.readouterr()
+        assert "variance share" in captured.out and "note: no primitives" in captured.err
+    assert main(["--db", db, "decompose", "idle/held/gpus_in_use", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["note"].startswith("no primitives")
