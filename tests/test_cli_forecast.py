@@ -148,6 +148,27 @@ def test_backtest_prints_the_summary_when_no_output_is_asked_for(
     assert "add naive to --models" in capsys.readouterr().out
 
 
+def test_backtest_of_series_every_model_gets_exactly_right_says_so_not_nan(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # an idle VC and a held reservation: every window is exact for both models, and the
+    # AvgRelMAE table was one row of nan over 0 windows
+    path = tmp_path / "flat.csv"
+    ts = pd.date_range("2026-01-05", periods=3 * 144, freq="10min")
+    pd.concat([pd.DataFrame({"series_id": sid, "ts": ts, "value": value})
+               for sid, value in (("idle/vc1/gpus_in_use", 0.0), ("idle/vc2/gpus_in_use", 8.0))]
+              ).to_csv(path, index=False)
+    db = str(tmp_path / "s.duckdb")
+    assert main(["--db", db, "ingest", str(path), "--format", "long-csv", "-q"]) == 0
+    capsys.readouterr()
+    assert main(["--db", db, "backtest", "--models", "seasonal_naive,naive", "--cluster", "idle",
+                 "--windows", "2", "-q"]) == 0
+    text = capsys.readouterr().out
+    assert "no window to compare; in every window both naive and the other models were exact" \
+        in text
+    assert "nan" not in text.split("against the last value")[1]
+
+
 def test_backtest_picks_a_clusters_series_of_one_metric(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -79,6 +79,11 @@ def print_relative(table: pd.DataFrame, args: argparse.Namespace, models: list[s
     import pandas as pd
 
     rows = table[table["model"] != BASELINE]
+    if len(rows) and not (rows["compared"] > 0).any():
+        say.print(f"against the last value ({BASELINE}): no window to compare; in every window "
+                  f"both {BASELINE} and the other models were exact (AvgRelMAE leaves such "
+                  "windows out)", markup=False)
+        return
     shown = pd.DataFrame({
         "model": rows["model"],
         "AvgRelMAE [95 %]": [f"{r.avg_rel_mae:.3f} [{r.avg_rel_mae_lo:.3f}, "
