@@ -135,3 +135,25 @@ def test_an_idle_cluster_decomposes_without_primitives_and_says_why(
         assert "variance share" in captured.out and "note: no primitives" in captured.err
     assert main(["--db", db, "decompose", "idle/held/gpus_in_use", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["note"].startswith("no primitives")
+
+
+def test_the_plot_labels_its_axes_in_the_series_unit(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    import matplotlib.figure
+
+    from prism.primitives.plot import axis_unit, plot_decomposition
+
+    assert [axis_unit(f"c/s/{m}") for m in ("gpus_in_use", "jobs_submitted", "nodes_in_use",
+                                             "gpu_util", "my_gauge")] == [
+        "GPUs", "jobs", "nodes", "ratio", "value"]
+    panel, _ = _synthetic(0, n=2 * WEEK)
+    part = decompose(panel, series_ids=[panel["series_id"].iloc[0]]).series
+    drawn: list[matplotlib.figure.Figure] = []
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig",
+                        lambda self, *a, **k: drawn.append(self))
+    plot_decomposition(next(iter(part.values())), tmp_path / "d.png")
+    [figure] = drawn
+    labels = [ax.get_ylabel() for ax in figure.axes]
+    assert labels[0] == "GPUs" and all(label.endswith("(GPUs)") for label in labels[1:-1])
+    assert labels[-1] == "top atoms\n(unit norm)"
+    assert "time (UTC)" in [ax.get_xlabel() for ax in figure.axes]
