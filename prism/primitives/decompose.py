@@ -255,7 +255,9 @@ def decompose_values(
     shifts, level = find_level_shifts(y, min_size=min_size, period=span if n >= 2 * span
                                       else None) if n >= 2 * min_size else ([], np.zeros(n))
     if shifts:  # a level shift blurs the spectrum: look for the periods again without it
-        periods = find_periods(y - level, freq_s=freq_s, random_state=random_state)
+        # (keeping those of the series itself if that finds none: a cycle the whole series
+        # shows is not undone by a shift)
+        periods = find_periods(y - level, freq_s=freq_s, random_state=random_state) or periods
         longest = max((int(round(p.steps)) for p in periods), default=DAY_S // freq_s)
         span = int(max(3, min(longest, max(3, n // 3))))
     trend = robust_trend(y - level, window=span) if n else np.zeros(0)

@@ -157,3 +157,27 @@ def test_the_plot_labels_its_axes_in_the_series_unit(tmp_path: Path,
     assert labels[0] == "GPUs" and all(label.endswith("(GPUs)") for label in labels[1:-1])
     assert labels[-1] == "top atoms\n(unit norm)"
     assert "time (UTC)" in [ax.get_xlabel() for ax in figure.axes]
+
+
+def test_a_period_of_the_series_is_kept_when_the_search_without_its_shifts_finds_none(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # a demo VC with a daily cycle and a detected shift of -180 GPUs showed "periods: none":
+    # the search on the series less its level found nothing and replaced what it had found
+    import prism.primitives.decompose as module
+
+    real = module.find_periods
+    panel, _ = _synthetic(1, n=2 * WEEK)  # its first series has a level shift
+    raw = {g["value"].to_numpy().tobytes() for _, g in panel.groupby("series_id")}
+    less_level: list[int] = []
+
+    def none_without_the_level(y: np.ndarray, **kwargs: object) -> list[object]:
+        if np.asarray(y, dtype=np.float64).tobytes() in raw:
+            return real(y, **kwargs)  # type: ignore[arg-type]
+        less_level.append(len(y))
+        return []
+
+    monkeypatch.setattr(module, "find_periods", none_without_the_level)
+    sid = panel["series_id"].iloc[0]
+    part = decompose(panel, series_ids=[sid]).series[sid]
+    assert part.level_shifts and less_level
+    assert [round(p.steps) for p in part.periods][:1] in ([DAY], [WEEK])
