@@ -307,3 +307,24 @@ def test_backtest_names_the_bad_model_or_parameter(
     assert main(["--db", db, "backtest", *argv, "--series", SID, "--horizon", "6h",
                  "--windows", "2", "--summary", "-q"]) == 1
     assert says in capsys.readouterr().err
+
+
+def test_a_horizon_longer_than_the_history_gets_a_note(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "day.csv"
+    ts = pd.date_range("2026-01-05", periods=144, freq="10min")  # one day of history
+    pd.DataFrame({"series_id": "lab/vc1/gpus_in_use", "ts": ts,
+                  "value": np.arange(144) % 7}).to_csv(path, index=False)
+    db = str(tmp_path / "s.duckdb")
+    assert main(["--db", db, "ingest", str(path), "--format", "long-csv", "-q"]) == 0
+    capsys.readouterr()
+    assert main(["--db", db, "forecast", "lab/vc1/gpus_in_use", "--model", "naive",
+                 "--horizon", "2d", "--output", str(tmp_path / "f.csv"), "-q"]) == 0
+    err = capsys.readouterr().err
+    assert "note: the horizon (288 steps) is longer than the stored history of 1 series" in err
+    assert "lab/vc1/gpus_in_use, holds 144 points" in err
+    assert len(pd.read_csv(tmp_path / "f.csv")) == 288  # the forecast is still made
+    assert main(["--db", db, "forecast", "lab/vc1/gpus_in_use", "--model", "naive",
+                 "--horizon", "6h", "--output", str(tmp_path / "g.csv"), "-q"]) == 0
+    assert "longer than the stored history" not in capsys.readouterr().err

@@ -297,6 +297,8 @@ def _cmd_forecast(args: argparse.Namespace) -> int:
     for sid, reason in result.fallback.items():
         _err.print(f"note: {sid} is forecast by the seasonal naive fallback: {reason}",
                    markup=False)
+    for note in result.notes:
+        _err.print(f"note: {note}", markup=False)
     print_forecast(frame, args.output, fmt=args.format)
     say = messages(args.output)
     if result.model_id:

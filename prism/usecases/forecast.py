@@ -134,12 +134,15 @@ class ForecastResult:
         fallback: series id -> why it was forecast by the fallback.
         model_ids: every registry model it was made with (several when ``from_model`` is an
             alias whose series are spread over models, as a batch refit saves them).
+        notes: what the caller should know about the forecast (a horizon longer than the
+            history it stands on).
     """
 
     frame: pd.DataFrame
     model_id: str | None
     fallback: dict[str, str]
     model_ids: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
 
 
 def forecast_series(
@@ -207,6 +210,7 @@ def forecast_series(
                                                       progress=step)
         model_id = model_ids[0] if len(model_ids) == 1 else None
         fresh = load_panel(store, wanted)
+        history = fresh
         newer = fresh[fresh["ts"] > fresh["series_id"].map(forecaster.last_ts_)]
         if not newer.empty:
             touched = int(newer["series_id"].nunique())
@@ -221,6 +225,7 @@ def forecast_series(
     else:
         forecaster = get_forecaster(model, **typed_params(model, params or {}))
         panel = load_panel(store, series_ids)
+        history = panel
         n = int(panel["series_id"].nunique())
         step("fit", 0, n)
         forecaster.fit(panel)
@@ -236,7 +241,23 @@ def forecast_series(
         frame = reconcile_frame(frame, method=reconcile,
                                 residuals=one_step_residuals(forecaster))
         step("reconcile", n, n)
-    return ForecastResult(frame, model_id, dict(forecaster.fallback_), model_ids)
+    return ForecastResult(frame, model_id, dict(forecaster.fallback_), model_ids,
+                          _horizon_notes(frame, history))
+
+
+def _horizon_notes(frame: pd.DataFrame, history: pd.DataFrame) -> tuple[str, ...]:
+    """A note when the forecast runs further ahead than some series' stored history: past
+    it, a model only repeats what it saw and its bands grow without evidence."""
+    steps = frame.groupby("series_id").size()
+    held = history.groupby("series_id").size().reindex(steps.index).fillna(0)
+    short = held[steps > held]
+    if short.empty:
+        return ()
+    shortest = str(short.idxmin())
+    return (f"the horizon ({int(steps.max()):,} steps) is longer than the stored history of "
+            f"{len(short)} series (the shortest, {shortest}, holds {int(short.min()):,} "
+            "points): past that length a forecast only repeats what the model saw, and its "
+            "bands widen with nothing to check them against",)
 
 
 def select_series(store: Store, series_ids: Sequence[str] | None,
