@@ -402,7 +402,8 @@ class PrismClient:
 
     def ingest_file(self, path: str | Path, *, format: str, **options: object) -> IngestResult:
         """Upload a file to ingest (``format`` as in ``prism formats``; options as the query
-        of ``POST /v1/ingest``: ``cluster``, ``freq``, ``on_error``, ...)."""
+        of ``POST /v1/ingest``: ``cluster``, ``freq``, ``on_error``, ``map=["ts=time"]``,
+        ...; an option the server does not take is a :class:`PrismAPIError` 422 naming it)."""
         path = Path(path)
         files = {"file": (path.name, path.read_bytes())}
         return self._ingest(format, options, files=files)
@@ -413,7 +414,13 @@ class PrismClient:
         return self._ingest(format, options, json={"records": [dict(r) for r in records]})
 
     def _ingest(self, fmt: str, options: Mapping[str, object], **body: Any) -> IngestResult:
-        query = {"format": fmt, **{k: _text(v) for k, v in options.items() if v is not None}}
+        # a list (map=["ts=time", ...], option=[...]) is sent as the parameter repeated
+        query: dict[str, str | list[str]] = {"format": fmt}
+        for key, value in options.items():
+            if isinstance(value, list | tuple):
+                query[key] = [_text(v) for v in value]
+            elif value is not None:
+                query[key] = _text(value)
         data = self._request("POST", "/v1/ingest", params=query, **body).json()
         return IngestResult(status=data["status"], rows=data["rows"], rejected=data["rejected"],
                             clusters=data["clusters"], changed_series=data["changed_series"],

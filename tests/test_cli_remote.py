@@ -99,6 +99,29 @@ def test_ingest_beside_the_server_adds_rows_once(
     assert [p["value"] for p in got["points"]] == [1.0, 2.0, 3.0, 4.0]
 
 
+def test_ingest_with_map_and_option_goes_through_the_api(
+        served: tuple[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # --map and --option were refused beside a server ("not sent through the API yet")
+    db, _ = served
+    own = tmp_path / "own.csv"
+    pd.DataFrame({"id": ["mapped/all/gpus_in_use"] * 3,
+                  "time": pd.date_range("2026-01-05", periods=3, freq="10min").astype(str),
+                  "gpus": [5.0, 6.0, 7.0]}).to_csv(own, index=False)
+    assert main(["--db", db, "ingest", str(own), "--format", "long-csv", "--map",
+                 "series_id=id", "--map", "ts=time", "--map", "value=gpus"]) == 0
+    assert "3 rows added" in capsys.readouterr().out
+    with httpx.Client(base_url=find_server(db).url) as http:  # type: ignore[union-attr]
+        got = http.get("/v1/series/values",
+                       params={"series_id": "mapped/all/gpus_in_use"}).json()
+        assert [p["value"] for p in got["points"]] == [5.0, 6.0, 7.0]
+        # a misspelt option of the Python client is named, not ignored
+        from prism.client import PrismAPIError, PrismClient
+
+        with PrismClient(str(http.base_url)) as client, pytest.raises(PrismAPIError) as bad:
+            client.ingest_file(own, format="long-csv", on_eror="skip")
+        assert bad.value.status == 422 and "did you mean 'on_error'?" in str(bad.value)
+
+
 def test_capacity_forecast_refit_report_and_export(
         served: tuple[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     db, _ = served

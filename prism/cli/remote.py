@@ -110,10 +110,7 @@ def run_ingest(args: argparse.Namespace, info: ServerInfo) -> int:
     options: dict[str, object] = {
         "cluster": args.cluster, "scope": args.scope, "tz": args.tz, "origin": args.origin,
         "time_col": args.time_col, "freq": args.freq, "fill": args.fill,
-        "on_error": args.on_error}
-    if args.map or args.option:
-        raise ConfigError("--map and --option are not sent through the API yet; stop the "
-                          "server to ingest with them")
+        "on_error": args.on_error, "map": args.map, "option": args.option}
     from prism.cli.stdin import spooled
 
     rows = rejected = 0
