@@ -259,6 +259,12 @@ class PrismClient:
         query = [("format", format)] + [("series_id", s) for s in series_ids or ()]
         return self._request("GET", "/v1/series/export", params=query).content
 
+    def decomposition(self, series_id: str, *, top: int = 5) -> dict[str, Any]:
+        """``GET /v1/decomposition``: periods, top primitives, bursts, level shifts, variance
+        shares and a note (the JSON of ``prism decompose --json``)."""
+        return dict(self._request("GET", "/v1/decomposition",
+                                  params={"series_id": series_id, "top": top}).json())
+
     def forecast(
         self,
         series_id: str,

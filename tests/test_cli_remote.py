@@ -174,6 +174,23 @@ def test_a_command_that_needs_the_store_says_what_to_do(
     assert "needs the store itself" in err and "stop the server" in err
 
 
+def test_decompose_goes_through_the_api_but_its_plot_is_refused(
+        served: tuple[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # it needed the store itself; GET /v1/decomposition has the same summary
+    db, _ = served
+    assert main(["--db", db, "decompose", SERIES, "--json"]) == 0
+    captured = capsys.readouterr()
+    assert "going through its API" in captured.err
+    summary = json.loads(captured.out)
+    assert summary["series_id"] == SERIES and {"periods", "primitives", "bursts",
+                                               "variance_share", "note"} <= set(summary)
+    assert main(["--db", db, "decompose", SERIES]) == 0
+    assert "variance share" in capsys.readouterr().out
+    plot = tmp_path / "d.png"
+    assert main(["--db", db, "decompose", SERIES, "--plot", str(plot)]) == 1
+    assert "drop --plot" in capsys.readouterr().err and not plot.exists()
+
+
 def test_a_stale_server_file_is_ignored(tmp_path: Path,
                                         capsys: pytest.CaptureFixture[str]) -> None:
     db = tmp_path / "prism.duckdb"

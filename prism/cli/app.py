@@ -12,7 +12,7 @@ import logging
 import sys
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from prism import usecases
 from prism.cli import planning, stdin
@@ -184,12 +184,20 @@ def _cmd_decompose(args: argparse.Namespace) -> int:
             result = series_uc.decompose_series(store, args.series_id)
         if args.plot:
             series_uc.plot_decomposition(result, args.plot)
-    summary = result.summary(top=args.top)
+    print_decomposition(result.summary(top=args.top), args)
+    if args.plot and not args.json:
+        _out.print(f"plot written to {args.plot}")
+    return 0
+
+
+def print_decomposition(summary: dict[str, Any], args: argparse.Namespace) -> None:
+    """A decomposition's summary (:meth:`SeriesDecomposition.summary`, or ``GET
+    /v1/decomposition``'s answer) as tables, or as JSON with ``--json``."""
     import pandas as pd
 
     if args.json:
         _print_json(summary)
-        return 0
+        return
     periods = pd.DataFrame(summary["periods"], columns=["seconds", "steps", "strength"])
     periods.insert(0, "period", [_human(s) for s in periods["seconds"]])
     _out.print(_table(periods, title=f"{args.series_id}: periods"))
@@ -203,11 +211,8 @@ def _cmd_decompose(args: argparse.Namespace) -> int:
         _out.print(_table(shifts, title="level shifts"))
     shares = summary["variance_share"]
     _out.print("variance share: " + ", ".join(f"{k} {v:.0%}" for k, v in shares.items()))
-    if summary["note"]:
-        _err.print(f"note: {summary['note']}")
-    if args.plot:
-        _out.print(f"plot written to {args.plot}")
-    return 0
+    if summary.get("note"):
+        _err.print(f"note: {summary['note']}", markup=False)
 
 
 def _human(seconds: float) -> str:

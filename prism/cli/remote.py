@@ -235,6 +235,19 @@ def run_track_record(args: argparse.Namespace, info: ServerInfo) -> int:
     return 0
 
 
+def run_decompose(args: argparse.Namespace, info: ServerInfo) -> int:
+    from prism.cli.app import print_decomposition
+
+    if args.plot:
+        raise ConfigError(f"a server ({info.url}) holds the store, and --plot draws every "
+                          "component, which its API does not send: drop --plot for the tables "
+                          "(or --json), or stop the server to draw it")
+    with _client(info) as client:
+        summary = client.decomposition(args.series_id, top=args.top)
+    print_decomposition(summary, args)
+    return 0
+
+
 #: The commands that can go through the API, by the function of their local twin's name.
 REMOTE: dict[str, Callable[[argparse.Namespace, ServerInfo], int]] = {
     "_cmd_series_list": run_series_list,
@@ -246,6 +259,7 @@ REMOTE: dict[str, Callable[[argparse.Namespace, ServerInfo], int]] = {
     "_cmd_capacity": run_capacity,
     "_cmd_report": run_report,
     "_cmd_track_record": run_track_record,
+    "_cmd_decompose": run_decompose,
 }
 #: Commands that need the store itself (they say so while a server holds it).
-LOCAL_ONLY = {"_cmd_backtest": "backtest", "_cmd_decompose": "decompose"}
+LOCAL_ONLY = {"_cmd_backtest": "backtest"}
