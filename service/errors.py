@@ -8,8 +8,8 @@
 - a write that failed because the disk is full (``ENOSPC``, also behind a ``PrismError``, as
   an ingest wraps what its writes raise) -> 507, saying nothing of the request was stored
 - a body that is not JSON -> 400 naming where it stops being JSON; other request fields
-  pydantic refuses -> 422 (FastAPI's list of errors); a query parameter the route does not
-  take -> 422 naming the route's close ones and all it takes
+  pydantic refuses -> 422 (FastAPI's list of errors); a query parameter or body field the
+  route does not take -> 422 naming the route's close ones and all it takes
 - anything else -> 500 ``{"detail": ...}`` (the traceback goes to the server's log)
 """
 
@@ -91,39 +91,46 @@ async def handle_validation_error(request: Request, exc: Exception) -> JSONRespo
     for error in errors:
         if error.get("type") == "json_invalid":
             return JSONResponse({"detail": _json_error(error, exc.body)}, status_code=400)
-    if any(_unknown_query(e) for e in errors):
-        names = _query_names(request)
-        errors = [{**e, "msg": _unknown_message(str(e["loc"][1]), names)}
-                  if _unknown_query(e) else e for e in errors]
+    if any(_unknown_field(e) for e in errors):
+        names = {where: _field_names(request, where) for where in ("query", "body")}
+        errors = [{**e, "msg": _unknown_message(str(e["loc"][0]), str(e["loc"][1]),
+                                                names[e["loc"][0]])}
+                  if _unknown_field(e) else e for e in errors]
         exc = RequestValidationError(errors, body=exc.body)
     return await request_validation_exception_handler(request, exc)
 
 
-def _unknown_query(error: dict[str, Any]) -> bool:
+def _unknown_field(error: dict[str, Any]) -> bool:
+    """A query parameter or a top-level body field the route does not take."""
     loc: tuple[Any, ...] = tuple(error.get("loc") or ())
-    return error.get("type") == "extra_forbidden" and len(loc) == 2 and loc[0] == "query"
+    return (error.get("type") == "extra_forbidden" and len(loc) == 2
+            and loc[0] in ("query", "body"))
 
 
-def _unknown_message(name: str, names: list[str]) -> str:
+def _unknown_message(where: str, name: str, names: list[str]) -> str:
     """``unknown query parameter 'quantiles': did you mean 'quantile'? (this route takes
-    ...)``."""
+    ...)``, or ``unknown field ...`` of a body."""
     close = difflib.get_close_matches(name, names, n=2, cutoff=0.6)
     hint = f": did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
     takes = f" (this route takes {', '.join(names)})" if names else ""
-    return f"unknown query parameter {name!r}{hint}{takes}"
+    what = "query parameter" if where == "query" else "field"
+    return f"unknown {what} {name!r}{hint}{takes}"
 
 
-def _query_names(request: Request) -> list[str]:
-    """The query parameters the request's route takes: its query models' fields, its plain
-    query parameters and those it documents for parsing itself (``GET /v1/forecast``)."""
+def _field_names(request: Request, where: str) -> list[str]:
+    """The query parameters (``where="query"``) or top-level body fields (``"body"``) the
+    request's route takes: its models' fields, its plain parameters and the query parameters
+    it documents for parsing itself (``GET /v1/forecast``)."""
     route = request.scope.get("route")
-    extra = getattr(route, "openapi_extra", None) or {}
-    names = {p["name"] for p in extra.get("parameters", ()) if p.get("in") == "query"}
+    names: set[str] = set()
+    if where == "query":
+        extra = getattr(route, "openapi_extra", None) or {}
+        names = {p["name"] for p in extra.get("parameters", ()) if p.get("in") == "query"}
     dependant = getattr(route, "dependant", None)
     stack = [dependant] if dependant is not None else []
     while stack:
         node = stack.pop()
-        for field in node.query_params:
+        for field in node.query_params if where == "query" else node.body_params:
             annotation = field.field_info.annotation
             if isinstance(annotation, type) and issubclass(annotation, BaseModel):
                 names.update(annotation.model_fields)

@@ -96,6 +96,12 @@ def test_a_query_parameter_the_route_does_not_take_is_422_naming_the_close_ones(
     assert upload.status_code == 422
     assert "did you mean 'cluster'?" in upload.json()["detail"][0]["msg"]
     assert client.get("/v1/series", params={"cluster": "lab"}).json()["count"] == 0
+    # a JSON body's unknown field alike (it was refused, but without a hint)
+    posted = client.post("/v1/forecast", json={"series_ids": [SERIES], "horizn": "1h"})
+    assert posted.status_code == 422
+    [error] = posted.json()["detail"]
+    assert error["loc"] == ["body", "horizn"]
+    assert error["msg"].startswith("unknown field 'horizn': did you mean 'horizon'?")
     # the route's own parameters are as before
     assert client.get("/v1/series/values", params={"series_id": SERIES, "tail": 2}
                       ).status_code == 200
