@@ -291,6 +291,8 @@ class ForecastOut(BaseModel):
     bands: dict[str, list[float]] = Field(description="p50-style name -> forecasts")
     fallback: str | None = Field(default=None, description="why the seasonal naive "
                                  "fallback serves the series, if it does")
+    note: str | None = Field(default=None, description="what to know about the forecast, "
+                             "e.g. a horizon longer than the series' stored history")
     cached: bool
 
 

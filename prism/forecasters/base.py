@@ -95,6 +95,20 @@ def quantile_column(q: float) -> str:
     return f"p{round(q * 100, 6):g}"
 
 
+#: Why a forecast longer than its series' history should be read with care.
+PAST_HISTORY = ("past that length a forecast only repeats what the model saw, and its bands "
+                "widen with nothing to check them against")
+
+
+def horizon_note(steps: int, points: int) -> str | None:
+    """A note for a forecast of ``steps`` from a series of ``points`` values, or ``None``
+    when the history is at least as long as the horizon."""
+    if steps <= points:
+        return None
+    return (f"the horizon ({steps:,} steps) is longer than the stored history ({points:,} "
+            f"points): {PAST_HISTORY}")
+
+
 def horizon_steps(horizon: int | str, freq_s: int, *, name: str = "horizon") -> int:
     """A horizon as a number of steps: ``"1d"`` at 10 min is 144; a number is steps.
 

@@ -16,7 +16,12 @@ from prometheus_client.core import Metric
 
 from prism.errors import ConfigError
 from prism.forecasters import get_forecaster, import_libraries
-from prism.forecasters.base import check_quantiles, horizon_steps, quantile_column
+from prism.forecasters.base import (
+    check_quantiles,
+    horizon_note,
+    horizon_steps,
+    quantile_column,
+)
 from prism.hub.cache import ForecastCache, cache_key
 from prism.hub.catalogue import Catalogue
 from prism.hub.jobs import ModelJobs
@@ -275,6 +280,7 @@ class ForecastHub:
             bands={quantile_column(q): np.round(bands[:, j], _DECIMALS).tolist()
                    for j, q in enumerate(qs)},
             fallback=forecaster.fallback_.get(series_id),
+            note=horizon_note(steps, state.n_points),
         )
         self._cache.add(key, fresh, spec.alias)
         self._served.note(series_id, spec.key, version,

@@ -72,6 +72,8 @@ class ServedForecast:
         mean: point forecasts.
         bands: ``p50``-style column name -> that quantile's forecasts.
         fallback: why the series is served by the seasonal naive fallback, if it is.
+        note: what to know about the forecast (a horizon longer than the series' stored
+            history), if anything.
         cached: whether the answer came from the cache.
     """
 
@@ -87,13 +89,14 @@ class ServedForecast:
     mean: list[float]
     bands: dict[str, list[float]]
     fallback: str | None = None
+    note: str | None = None
     cached: bool = False
 
     def to_json(self) -> str:
         """The forecast as a JSON object (the ``forecast_cache`` payload)."""
         data = {k: getattr(self, k) for k in (
             "series_id", "model", "model_id", "model_version", "watermark", "freq_s",
-            "horizon_steps", "quantiles", "mean", "bands", "fallback")}
+            "horizon_steps", "quantiles", "mean", "bands", "fallback", "note")}
         data["ts"] = [t.isoformat() for t in self.ts]
         return json.dumps(data)
 

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Protocol
 import pandas as pd
 
 from prism.errors import ConfigError, PrismError
+from prism.forecasters.base import PAST_HISTORY
 from prism.forecasters.compose import SeriesModels
 from prism.forecasters.params import typed_params
 from prism.progress import Progress
@@ -256,8 +257,7 @@ def _horizon_notes(frame: pd.DataFrame, history: pd.DataFrame) -> tuple[str, ...
     shortest = str(short.idxmin())
     return (f"the horizon ({int(steps.max()):,} steps) is longer than the stored history of "
             f"{len(short)} series (the shortest, {shortest}, holds {int(short.min()):,} "
-            "points): past that length a forecast only repeats what the model saw, and its "
-            "bands widen with nothing to check them against",)
+            f"points): {PAST_HISTORY}",)
 
 
 def select_series(store: Store, series_ids: Sequence[str] | None,

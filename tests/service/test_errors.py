@@ -190,3 +190,19 @@ def test_a_window_that_ends_before_it_starts_is_422_over_http_and_1_in_the_cli(
     ok = client.get("/v1/series/values", params={"series_id": SERIES, "start": "2026-01-01",
                                                  "end": "2026-02-01"})
     assert ok.status_code == 200
+
+
+def test_a_forecast_longer_than_the_history_carries_a_note(client: TestClient) -> None:
+    # the API's twin of the CLI's note: the test store holds 7 days
+    long = client.get("/v1/forecast", params={"series_id": SERIES, "horizon": "9d",
+                                              "model": "naive"})
+    assert long.status_code == 200, long.text
+    note = long.json()["note"]
+    assert note.startswith(f"the horizon ({long.json()['horizon_steps']:,} steps) is longer "
+                           "than the stored history")
+    again = client.get("/v1/forecast", params={"series_id": SERIES, "horizon": "9d",
+                                               "model": "naive"})
+    assert again.json()["cached"] and again.json()["note"] == note  # kept with the answer
+    short = client.get("/v1/forecast", params={"series_id": SERIES, "horizon": "6h",
+                                               "model": "naive"})
+    assert short.status_code == 200 and short.json()["note"] is None
