@@ -91,8 +91,9 @@ async def handle_validation_error(request: Request, exc: Exception) -> JSONRespo
     for error in errors:
         if error.get("type") == "json_invalid":
             return JSONResponse({"detail": _json_error(error, exc.body)}, status_code=400)
-    if any(_unknown_field(e) for e in errors):
-        names = {where: _field_names(request, where) for where in ("query", "body")}
+    unknown = {e["loc"][0] for e in errors if _unknown_field(e)}
+    if unknown:
+        names = {where: _field_names(request, where) for where in unknown}
         errors = [{**e, "msg": _unknown_message(str(e["loc"][0]), str(e["loc"][1]),
                                                 names[e["loc"][0]])}
                   if _unknown_field(e) else e for e in errors]

@@ -82,44 +82,50 @@ def test_series_list_and_show_go_through_the_api(
     assert len(points) == 3 and all({"ts", "value"} <= set(p) for p in points)
 
 
+def _samples(path: Path, series_id: str, values: list[float],
+             columns: tuple[str, str, str] = ("series_id", "ts", "value")) -> Path:
+    """A long-csv file of ``values`` every 10 minutes from 2026-01-05, under ``columns``."""
+    ts = pd.date_range("2026-01-05", periods=len(values), freq="10min").astype(str)
+    pd.DataFrame(dict(zip(columns, ([series_id] * len(values), ts, values), strict=True))
+                 ).to_csv(path, index=False)
+    return path
+
+
+def _stored(db: str, series_id: str) -> list[float]:
+    """The values of ``series_id``, read through the running server's API."""
+    with httpx.Client(base_url=find_server(db).url) as http:  # type: ignore[union-attr]
+        got = http.get("/v1/series/values", params={"series_id": series_id}).json()
+    return [p["value"] for p in got["points"]]
+
+
 def test_ingest_beside_the_server_adds_rows_once(
         served: tuple[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     db, _ = served
-    extra = tmp_path / "extra.csv"
-    pd.DataFrame({"series_id": ["remote/all/gpus_in_use"] * 4,
-                  "ts": pd.date_range("2026-01-05", periods=4, freq="10min").astype(str),
-                  "value": [1.0, 2.0, 3.0, 4.0]}).to_csv(extra, index=False)
+    extra = _samples(tmp_path / "extra.csv", "remote/all/gpus_in_use", [1.0, 2.0, 3.0, 4.0])
     assert main(["--db", db, "ingest", str(extra), "--format", "long-csv"]) == 0
     assert "4 rows added" in capsys.readouterr().out
     assert main(["--db", db, "ingest", str(extra), "--format", "long-csv"]) == 0
     assert "unchanged" in capsys.readouterr().out  # idempotent through the API too
-    with httpx.Client(base_url=find_server(db).url) as http:  # type: ignore[union-attr]
-        got = http.get("/v1/series/values",
-                       params={"series_id": "remote/all/gpus_in_use"}).json()
-    assert [p["value"] for p in got["points"]] == [1.0, 2.0, 3.0, 4.0]
+    assert _stored(db, "remote/all/gpus_in_use") == [1.0, 2.0, 3.0, 4.0]
 
 
 def test_ingest_with_map_and_option_goes_through_the_api(
         served: tuple[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # --map and --option were refused beside a server ("not sent through the API yet")
     db, _ = served
-    own = tmp_path / "own.csv"
-    pd.DataFrame({"id": ["mapped/all/gpus_in_use"] * 3,
-                  "time": pd.date_range("2026-01-05", periods=3, freq="10min").astype(str),
-                  "gpus": [5.0, 6.0, 7.0]}).to_csv(own, index=False)
+    own = _samples(tmp_path / "own.csv", "mapped/all/gpus_in_use", [5.0, 6.0, 7.0],
+                   columns=("id", "time", "gpus"))
     assert main(["--db", db, "ingest", str(own), "--format", "long-csv", "--map",
                  "series_id=id", "--map", "ts=time", "--map", "value=gpus"]) == 0
     assert "3 rows added" in capsys.readouterr().out
-    with httpx.Client(base_url=find_server(db).url) as http:  # type: ignore[union-attr]
-        got = http.get("/v1/series/values",
-                       params={"series_id": "mapped/all/gpus_in_use"}).json()
-        assert [p["value"] for p in got["points"]] == [5.0, 6.0, 7.0]
-        # a misspelt option of the Python client is named, not ignored
-        from prism.client import PrismAPIError, PrismClient
+    assert _stored(db, "mapped/all/gpus_in_use") == [5.0, 6.0, 7.0]
+    # a misspelt option of the Python client is named, not ignored
+    from prism.client import PrismAPIError, PrismClient
 
-        with PrismClient(str(http.base_url)) as client, pytest.raises(PrismAPIError) as bad:
-            client.ingest_file(own, format="long-csv", on_eror="skip")
-        assert bad.value.status == 422 and "did you mean 'on_error'?" in str(bad.value)
+    with (PrismClient(find_server(db).url) as client,  # type: ignore[union-attr]
+          pytest.raises(PrismAPIError) as bad):
+        client.ingest_file(own, format="long-csv", on_eror="skip")
+    assert bad.value.status == 422 and "did you mean 'on_error'?" in str(bad.value)
 
 
 def test_capacity_forecast_refit_report_and_export(

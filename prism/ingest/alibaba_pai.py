@@ -53,19 +53,8 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 
 from prism.errors import ConfigError, IngestError
-from prism.ingest.base import (
-    LINE,
-    Adapter,
-    Batch,
-    IngestOptions,
-    Reject,
-    RowChecker,
-    check_jobs,
-    job_frame,
-    parse_numbers,
-    read_bytes,
-    register,
-)
+from prism.ingest.base import LINE, Adapter, Batch, IngestOptions, Reject, read_bytes, register
+from prism.ingest.checks import RowChecker, check_jobs, job_frame, parse_numbers
 from prism.ingest.timeparse import is_fractional, locate_malformed_row
 
 logger = logging.getLogger(__name__)

@@ -26,20 +26,15 @@ import pandas as pd
 import pyarrow as pa
 
 from prism.errors import ConfigError
-from prism.ingest.base import (
+from prism.ingest.base import LINE, Adapter, Batch, IngestOptions, read_table, register
+from prism.ingest.checks import (
     JOB_YEARS,
-    LINE,
-    Adapter,
-    Batch,
-    IngestOptions,
     RowChecker,
     check_jobs,
     check_times,
     job_frame,
     parse_numbers,
     parse_times,
-    read_table,
-    register,
 )
 
 DEFAULT_ORIGIN = "2023-01-01T00:00:00"

@@ -19,12 +19,14 @@ from prism.ingest.base import (
     Adapter,
     Batch,
     IngestOptions,
+    read_table,
+    register,
+)
+from prism.ingest.checks import (
     RowChecker,
     check_times,
     parse_numbers,
     parse_times,
-    read_table,
-    register,
     reject_unknown_columns,
 )
 

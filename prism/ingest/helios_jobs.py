@@ -50,20 +50,14 @@ import pandas as pd
 import pyarrow as pa
 
 from prism.errors import IngestError
-from prism.ingest.base import (
+from prism.ingest.base import LINE, Adapter, Batch, IngestOptions, read_bytes, read_table, register
+from prism.ingest.checks import (
     JOB_YEARS,
-    LINE,
-    Adapter,
-    Batch,
-    IngestOptions,
     RowChecker,
     check_jobs,
     check_times,
     job_frame,
     parse_numbers,
-    read_bytes,
-    read_table,
-    register,
 )
 from prism.ingest.timeparse import (
     check_tz,

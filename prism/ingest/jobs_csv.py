@@ -26,23 +26,25 @@ import pyarrow.compute as pc
 
 from prism.errors import IngestError
 from prism.ingest.base import (
-    JOB_YEARS,
     LINE,
     Adapter,
     Batch,
     IngestOptions,
-    RowChecker,
     SlowPath,
+    file_columns,
+    read_table,
+    register,
+    stream_arrow,
+)
+from prism.ingest.checks import (
+    JOB_YEARS,
+    RowChecker,
     check_jobs,
     check_times,
-    file_columns,
     job_frame,
     parse_numbers,
     parse_times,
-    read_table,
-    register,
     reject_unknown_columns,
-    stream_arrow,
 )
 from prism.schema import EARLIEST_TS, JOB_COLUMNS, LATEST_TS, FileScan, ScanType
 
@@ -271,7 +273,7 @@ def _fast_columns(names: list[str], columns: dict[str, str], options: IngestOpti
 
 
 def _clean(jobs: pa.Table) -> bool:
-    """Whether every row passes the job checks of ``base.check_jobs`` but the duplicate ids."""
+    """Whether every row passes the job checks of ``checks.check_jobs`` but the duplicate ids."""
     if any(jobs[c].null_count for c in ("job_id", "cluster", "num_gpus", "submit_ts")):
         return False
     gpus = jobs["num_gpus"]

@@ -20,13 +20,15 @@ from prism.ingest.base import (
     Adapter,
     Batch,
     IngestOptions,
+    read_table,
+    register,
+)
+from prism.ingest.checks import (
     RowChecker,
     check_range,
     check_times,
     parse_numbers,
     parse_times,
-    read_table,
-    register,
     reject_unknown_columns,
 )
 from prism.ingest.jobs_csv import mapped_columns

@@ -42,12 +42,10 @@ from prism.ingest.base import (
     Adapter,
     Batch,
     IngestOptions,
-    RowChecker,
-    check_times,
-    parse_numbers,
     read_table,
     register,
 )
+from prism.ingest.checks import RowChecker, check_times, parse_numbers
 from prism.ingest.timeparse import check_tz, is_fractional, parse_local_times
 from prism.schema import ALL_SCOPE, make_series_id
 

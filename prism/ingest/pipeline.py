@@ -25,13 +25,13 @@ from prism.ingest import get_adapter
 from prism.ingest.base import (
     CAPACITY_COLUMNS,
     LINE,
-    MAX_PROBLEMS,
     SAMPLE_COLUMNS,
     Batch,
     IngestOptions,
     Reject,
     SlowPath,
 )
+from prism.ingest.checks import MAX_PROBLEMS
 from prism.ingest.spans import Reread, check_spans
 from prism.progress import Progress
 from prism.schema import (
@@ -375,7 +375,7 @@ def _write_native(
     return ingest_id, rows, clusters
 
 
-# The checks of base.check_jobs over one ingest's rows (NULL comparisons count as passing),
+# The checks of checks.check_jobs over one ingest's rows (NULL comparisons count as passing),
 # and of the parsing of every number and time column (the DuckDB reader turns a value that does
 # not parse into NaN or year 1), with the rows' clusters and time window.
 # Parameters: earliest, latest, ingest_id.

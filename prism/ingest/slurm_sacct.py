@@ -52,19 +52,8 @@ import numpy as np
 import pandas as pd
 
 from prism.errors import ConfigError, IngestError
-from prism.ingest.base import (
-    JOB_YEARS,
-    LINE,
-    Adapter,
-    Batch,
-    IngestOptions,
-    RowChecker,
-    check_jobs,
-    check_times,
-    job_frame,
-    read_bytes,
-    register,
-)
+from prism.ingest.base import LINE, Adapter, Batch, IngestOptions, read_bytes, register
+from prism.ingest.checks import JOB_YEARS, RowChecker, check_jobs, check_times, job_frame
 from prism.schema import JOB_COLUMNS
 
 logger = logging.getLogger(__name__)

@@ -84,7 +84,7 @@ def parse_local_times(
     """Parse a column of time strings into UTC-naive ``datetime64[ns]``.
 
     Naive times are wall-clock times in ``tz`` (``None``: taken as UTC); times with an offset
-    or ``Z`` are converted to UTC. Unlike :func:`prism.ingest.base.parse_times` this never
+    or ``Z`` are converted to UTC. Unlike :func:`prism.ingest.checks.parse_times` this never
     raises on a mix of offsets or on years outside what ``datetime64[ns]`` holds: such values
     are reported as not parsing.
 

@@ -22,14 +22,10 @@ from prism.ingest.base import (
     Adapter,
     Batch,
     IngestOptions,
-    RowChecker,
-    check_range,
-    check_times,
-    parse_numbers,
-    parse_times,
     read_table,
     register,
 )
+from prism.ingest.checks import RowChecker, check_range, check_times, parse_numbers, parse_times
 from prism.schema import ALL_SCOPE, make_series_id, split_series_id
 
 
