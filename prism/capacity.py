@@ -38,8 +38,10 @@ planning quantile, raised where it is lower to the *day-kind floor* (what the la
 and, for a series with a week, the latest complete day of the same kind, weekday or weekend:
 Monday is sized for the Friday before; :mod:`prism.day_kind`), plus a *queue allowance*: the
 mean over the window of the mean forecast of its queued GPUs (``gpus_pending``, or
-``gpu_demand`` minus ``gpus_in_use``), at most the queue's peak over recent history. The queue
-is never added at an upper quantile: queued jobs start as GPUs free up, they are not one spike
+``gpu_demand`` minus ``gpus_in_use``), at most the queue's peak over recent history. Where
+the store holds the jobs, that forecast is scaled to what the queue can start: the share of the
+recent queued GPU-hours in jobs no larger than the scope (:mod:`prism.queue_fit`). The queue is
+never added at an upper quantile: queued jobs start as GPUs free up, they are not one spike
 on top of the in-use peak. Each row says so in ``reason``.
 
 **Advice.** VCs short at the quantile borrow the spare GPUs of the others first (:class:`Move`:
@@ -55,7 +57,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -72,6 +74,9 @@ from prism.capacity_inputs import (
 from prism.day_kind import FLOOR, FLOOR_FROM
 from prism.errors import ConfigError, DataContractError
 from prism.schema import ALL_SCOPE, GPU_TYPE_PREFIX, SERIES_ID, TS, split_series_id
+
+if TYPE_CHECKING:
+    from prism.queue_fit import QueueFit
 
 __all__ = [
     "DISTRIBUTION_LEVELS", "CapacityPlan", "CapacityRow", "Move", "Recommendation",
@@ -567,7 +572,7 @@ class CapacityPlan:
 
 
 def _queue_allowance(queue: pd.DataFrame | None, scope: str, growth: float,
-                     peak: float | None) -> tuple[float, str]:
+                     peak: float | None, fit: QueueFit | None) -> tuple[float, str]:
     """The queue allowance of a scope and its reason (see :func:`plan_capacity`)."""
     if queue is None:
         return 0.0, "no queue series"
@@ -575,12 +580,16 @@ def _queue_allowance(queue: pd.DataFrame | None, scope: str, growth: float,
     if mine.empty:
         return 0.0, "no queue series"
     mean = float(np.clip(mine["mean"].to_numpy(dtype=np.float64), 0, None).mean() * growth)
-    if peak is not None and mean > peak:
-        return max(float(peak), 0.0), (f"queue allowance {max(peak, 0.0):,.1f} (the mean "
-                                       f"{mean:,.1f} queued GPUs forecast over the window, capped "
-                                       "at the queue's recent peak)")
-    return mean, (f"queue allowance {mean:,.1f} (the mean queued GPUs forecast over the window, "
-                  f"at most the recent queue peak{'' if peak is None else f' {peak:,.1f}'})")
+    scaled = fit is not None and fit.share < 1
+    fitted = mean * fit.share if fit is not None and scaled else mean
+    what = (f"the mean {mean:,.1f} queued GPUs forecast over the window{fit.words()}"
+            if fit is not None and scaled else "the mean queued GPUs forecast over the window")
+    after = "" if fit is None or scaled else fit.words()
+    if peak is not None and fitted > peak:
+        return max(float(peak), 0.0), (f"queue allowance {max(peak, 0.0):,.1f} ({what}, "
+                                       f"capped at the queue's recent peak{after})")
+    return fitted, (f"queue allowance {fitted:,.1f} ({what}, at most the recent queue peak"
+                    f"{'' if peak is None else f' {peak:,.1f}'}{after})")
 
 
 def _floored(level: FloatArray, mine: pd.DataFrame | None, ts: pd.DatetimeIndex,
@@ -619,6 +628,7 @@ def plan_capacity(
     capacity_source: Mapping[str, str] | None = None,
     queue: pd.DataFrame | None = None,
     queue_peak: Mapping[str, float] | None = None,
+    queue_fit: Mapping[str, QueueFit] | None = None,
     scope_quantiles: Mapping[str, float] | None = None,
     floor: pd.DataFrame | None = None,
 ) -> CapacityPlan:
@@ -626,7 +636,8 @@ def plan_capacity(
 
     A scope needs the peak over the window of its GPUs in use at ``quantile`` plus a queue
     allowance: the mean over the window of the mean forecast of its queued GPUs (never an
-    upper quantile: a queue drains as GPUs free up), at most the queue's recent peak. The
+    upper quantile: a queue drains as GPUs free up), times the share of its recent queue in
+    jobs that fit the scope where the jobs are known, at most the queue's recent peak. The
     shortfall, idle and risk figures integrate the in-use distribution shifted by that
     allowance. Then :func:`advise`.
 
@@ -644,6 +655,8 @@ def plan_capacity(
         capacity_source: scope -> where its capacity came from (shown in the table).
         queue: ``series_id, mean`` of the queued GPUs forecast per scope, over the window.
         queue_peak: scope -> the peak of its queue over recent history (caps the allowance).
+        queue_fit: scope -> the share of its recent queue in jobs that fit it
+            (:mod:`prism.queue_fit`); the queued-GPU forecast is scaled by it before the cap.
         scope_quantiles: scope -> its own planning quantile (e.g. chosen from the planning
             backtest); the others plan at ``quantile``.
         floor: ``series_id, ts, floor, floor_from``: the least GPUs in use to size each step
@@ -695,7 +708,8 @@ def plan_capacity(
             raise ConfigError(f"quantile {q!r} of scope {scope!r} must be between 0 and 1")
         levels, raw = quantile_matrix(group)
         allowance, why_queue = _queue_allowance(queue, scope, growth,
-                                                (queue_peak or {}).get(scope))
+                                                (queue_peak or {}).get(scope),
+                                                (queue_fit or {}).get(scope))
         values = raw + allowance
         ts = pd.DatetimeIndex(group[TS].to_numpy())
         forecast_q = quantile_at(levels, raw, q)

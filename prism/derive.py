@@ -36,6 +36,7 @@ from prism.errors import ConfigError, DataContractError
 from prism.schema import (
     MAX_BUCKETS,
     METRICS,
+    SCOPE_BAD_CHARS,
     format_freq,
     freq_seconds,
     make_series_id,
@@ -48,7 +49,7 @@ logger = logging.getLogger(__name__)
 DEFAULT_FREQ = "10min"
 
 # Characters allowed in a series id segment; others in scope names become '_'.
-_BAD_CHARS = "[^A-Za-z0-9_.:=+@-]"
+_BAD_CHARS = SCOPE_BAD_CHARS
 
 # One statement for all clusters being derived: the per-cluster bucket size (f) and window
 # [w0, w1) come in as parallel lists, in microseconds.

@@ -87,6 +87,9 @@ class FileScan:
 ALL_SCOPE = "all"
 #: Prefix of GPU-type scopes in series ids: ``earth/gpu:V100/gpus_in_use``.
 GPU_TYPE_PREFIX = "gpu:"
+#: Characters a scope name in a series id may not have: the derivation replaces them by ``_``
+#: (a regular expression, for DuckDB's ``regexp_replace``).
+SCOPE_BAD_CHARS = "[^A-Za-z0-9_.:=+@-]"
 #: Scope given to jobs without one when other jobs of the same cluster have one.
 UNASSIGNED_SCOPE = "unassigned"
 

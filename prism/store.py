@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from prism.config import get_settings
 from prism.errors import ConfigError, FileScanError, PrismError, SeriesNotFound
-from prism.schema import FileScan
+from prism.schema import SCOPE_BAD_CHARS, FileScan
 from prism.store_path import check_store_path
 from prism.store_scan import SCAN_EXPR
 
@@ -714,9 +714,7 @@ class Store:
             (times ``datetime64[ns]``, NaT when unknown), sorted by ``start_ts`` (NULLs last)
             and ``job_id``; empty when nothing matches.
         """
-        # the derivation's rule for scope names in series ids (prism.derive._BAD_CHARS), kept
-        # here as text: the store is below derive and cannot import it
-        bad = "[^A-Za-z0-9_.:=+@-]"
+        bad = SCOPE_BAD_CHARS  # the derivation's rule for scope names in series ids
         everything = scope is None or scope == "all"
         gpu_type = scope[4:] if scope is not None and scope.startswith("gpu:") else None
         frame = self.fetch_df(

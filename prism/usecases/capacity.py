@@ -43,7 +43,8 @@ logger = logging.getLogger(__name__)
 #: Series a capacity plan sizes each scope on, preferred first (``gpu_demand`` only for a
 #: scope without GPUs in use).
 DEMAND_METRICS = ("gpus_in_use", "gpu_demand")
-#: The history behind the release guard and the cap of the queue allowance.
+#: The history behind the release guard, the cap of the queue allowance and the share of the
+#: queue in jobs that fit their scope.
 _RECENT = pd.Timedelta(days=7)
 #: Plans are capped at capacity only for GPUs in use (allocations cannot exceed what is
 #: installed; demand with a queue can).
@@ -242,6 +243,7 @@ def plan_cluster_capacity(
     """
     from prism.capacity import DISTRIBUTION_LEVELS, plan_capacity
     from prism.day_kind import WEEK_DAYS
+    from prism.queue_fit import fits_at
 
     if not 0 < quantile < 1:
         raise ConfigError(f"--quantile {quantile!r} must be between 0 and 1, e.g. 0.95")
@@ -271,11 +273,12 @@ def plan_cluster_capacity(
     peaks = recent.groupby(SERIES_ID)["value"].max()
     recent_peak = {s: float(peaks[sid]) for s, sid in series.sizing.items() if sid in peaks}
     queue, queue_peak = _queue(frame, recent, series)
+    fits = fits_at(store, cluster, gpus, at, _RECENT) if len(queue) else {}
     floor = _day_floor(history, sizing, at, freq_s) if day_floor else None
     plan = plan_capacity(sizing, gpus, quantile=float(quantile), freq_s=freq_s, watts=watts,
                          growth=growth, reservations=reservations, recent_peak=recent_peak,
                          capacity_source=where, queue=queue, queue_peak=queue_peak,
-                         scope_quantiles=chosen, floor=floor)
+                         queue_fit=fits, scope_quantiles=chosen, floor=floor)
     if choice is not None:
         why = {c.scope: c.text for c in choice.rows}
         plan = replace(plan, rows=tuple(
@@ -649,6 +652,7 @@ def plan_cluster_procurement(
         DataContractError: for no complete day of history.
     """
     from prism.procurement import daily_levels, plan_procurement
+    from prism.queue_fit import fits_at
 
     days = procurement_days(horizon)
     if scope is not None:
@@ -665,18 +669,23 @@ def plan_cluster_procurement(
     in_use = panel[panel[SERIES_ID].isin(sizing_ids)]
     queues = []
     wide = panel.pivot(index="ts", columns=SERIES_ID, values="value")
+    gpus, where = capacities_at(store, cluster, list(series.sizing), end, capacity_table)
+    fits = fits_at(store, cluster, gpus, end, end - start) if series.queue else {}
     for name, (first, minus) in series.queue.items():
         if first not in wide or (minus is not None and minus not in wide):
             continue
         queued = wide[first] - (wide[minus] if minus is not None else 0.0)
+        queued = queued * (fits[name].share if name in fits else 1.0)
         queues.append(pd.DataFrame({SERIES_ID: series.sizing[name], "ts": queued.index,
                                     "value": queued.to_numpy()}).dropna())
     queue = pd.concat(queues, ignore_index=True) if queues else None
     daily = daily_levels(in_use, freq_s=freq_s, queue=queue)
-    gpus, where = capacities_at(store, cluster, list(series.sizing), end, capacity_table)
     plan = plan_procurement(daily, gpus, horizon_days=days, weeks=int(weeks),
                             quantile=float(quantile), growth=float(growth),
                             capacity_source=where)
+    plan = replace(plan, rows=tuple(
+        replace(r, reason=f"{r.reason}; the queue{fits[r.scope].words()}")
+        if r.scope in fits and fits[r.scope].share < 1 else r for r in plan.rows))
     if progress is not None:
         progress("procure", 1, 1)
     return plan.only(scope) if scope is not None else plan
