@@ -338,7 +338,8 @@ def recommend(needed: float, capacity: float | None, *,
     """
     if capacity is None:
         return Recommendation("unknown", 0, 0, 0, "capacity unknown: pass --capacity FILE or "
-                              "ingest a capacity-csv file for this scope")
+                              "ingest a capacity-csv file or the cluster's node list "
+                              "(node-list) for this scope")
     if needed > capacity + _EPS:
         add = math.ceil(needed - capacity - _EPS)
         return Recommendation("add", add, 0, 0, f"add {add} GPUs", net_gpus=add)

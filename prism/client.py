@@ -169,7 +169,8 @@ class IngestResult:
         rejected: rows rejected (with ``on_error="skip"``).
         clusters: clusters whose series were derived again.
         changed_series: series whose data changed.
-        files: per file: ``name, status, rows, rejected``.
+        files: per file: ``name, status, rows, rejected, note`` (``note``: what the rows
+            stand for where it is not one per input row).
     """
 
     status: str

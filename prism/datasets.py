@@ -48,7 +48,7 @@ logger = logging.getLogger(__name__)
 #: the adapters; importing it here would pull pandas and pyarrow into ``prism datasets list``).
 INGEST_FORMATS = frozenset({
     "helios-vc", "philly-nodes", "helios-jobs", "alibaba-pods", "alibaba-pai", "slurm-sacct",
-    "prometheus", "jobs-csv", "long-csv", "wide-csv", "capacity-csv",
+    "prometheus", "jobs-csv", "long-csv", "wide-csv", "capacity-csv", "node-list",
 })
 
 _CHUNK = 1 << 20

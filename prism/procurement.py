@@ -376,7 +376,7 @@ def _advice(scope: str, cap: float | None, needed: int, peak: float,
     last = f"{end - DAY:%Y-%m-%d}"
     if cap is None:
         return "unknown", ("capacity unknown: pass --capacity FILE or ingest a capacity-csv "
-                           "file for this scope")
+                           "file or the cluster's node list (node-list) for this scope")
     if needed:
         by = f"{exceeds:%Y-%m-%d}" if exceeds is not None else last
         if scope == ALL_SCOPE:

@@ -446,8 +446,8 @@ class CapacityRowOut(BaseModel):
     reserved_gpu_hours: float = Field(description="GPU-hours the reservations add")
     growth: float
     capacity: float | None
-    capacity_source: str | None = Field(description="file, store (capacity-csv), samples or "
-                                        "cluster (the cluster's, of one GPU type)")
+    capacity_source: str | None = Field(description="file, store (capacity-csv or node-list), "
+                                        "samples or cluster (the cluster's, of one GPU type)")
     headroom: float | None = Field(description="capacity - gpus_needed (negative: short)")
     shortfall_gpu_hours: float | None = Field(description="expected GPU-hours above capacity")
     queue_risk: float | None = Field(description="largest per-step probability that demand "
@@ -687,6 +687,8 @@ class IngestFileOut(BaseModel):
     status: Literal["ingested", "unchanged"]
     rows: int
     rejected: int
+    note: str = Field("", description="what the rows stand for where it is not one per input "
+                      "row (node-list: the capacity summed per GPU type from the nodes)")
 
 
 class IngestOut(BaseModel):

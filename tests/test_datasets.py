@@ -31,10 +31,10 @@ from prism.datasets import (
 )
 from prism.errors import ConfigError
 
-#: The formats `prism ingest` has (DESIGN.md), plus capacity-csv.
+#: The formats `prism ingest` has (DESIGN.md), plus capacity-csv and node-list.
 PRISM_FORMATS = {
     "helios-vc", "philly-nodes", "helios-jobs", "alibaba-pods", "alibaba-pai", "slurm-sacct",
-    "prometheus", "jobs-csv", "long-csv", "wide-csv", "capacity-csv",
+    "prometheus", "jobs-csv", "long-csv", "wide-csv", "capacity-csv", "node-list",
 }
 VCS = ["vc3sl", "vc6YE", "vc8Sj", "vcJLV", "vcJkd", "vcLJZ", "vcMod", "vcSoL", "vcTJs",
        "vccaA", "vcdI0", "vcgkz", "vchbv", "vcira", "vcpDC", "vcvlY"]

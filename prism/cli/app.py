@@ -98,7 +98,8 @@ def _print_ingest(args: argparse.Namespace, report: IngestReport,
     """What ``prism ingest`` did, per file (or pull), then in all."""
     for f in report.files:
         note = "unchanged (already ingested)" if f.status == "unchanged" else (
-            f"{f.rows:,} rows" + (f", {f.rejected:,} rejected" if f.rejected else ""))
+            f"{f.rows:,} rows" + (f" ({f.note})" if f.note else "")
+            + (f", {f.rejected:,} rejected" if f.rejected else ""))
         _out.print(f"{name(f.path)}: {note}", markup=False)
         for r in f.rejects[:5]:
             _out.print(f"  rejected line {r.line} column {r.column}: {r.reason} ({r.raw!r})")

@@ -123,9 +123,10 @@ def run_ingest(args: argparse.Namespace, info: ServerInfo) -> int:
             result = client.ingest_file(path, format=args.format, **options)
             rows += result.rows
             rejected += result.rejected
+            what = "".join(f" ({f['note']})" for f in result.files if f.get("note"))
             note = "unchanged (already ingested)" if result.status == "unchanged" else (
-                f"{result.rows:,} rows" + (f", {result.rejected:,} rejected"
-                                           if result.rejected else ""))
+                f"{result.rows:,} rows{what}" + (f", {result.rejected:,} rejected"
+                                                 if result.rejected else ""))
             out.print(f"{spool.name(str(path))}: {note}", markup=False)
             clusters = sorted({*clusters, *result.clusters})
     out.print(f"{rows:,} rows added, {rejected:,} rejected; "

@@ -17,6 +17,7 @@ _MODULES = (
     "long_csv",
     "wide_csv",
     "capacity_csv",
+    "node_list",
     "helios_vc",
     "philly_nodes",
     "helios_jobs",

@@ -112,6 +112,8 @@ class Batch:
     rejects: list[Reject] = field(default_factory=list)
     obs_start: pd.Timestamp | None = None
     obs_end: pd.Timestamp | None = None
+    #: what the rows stand for, where it is not one row per input row (``node-list``)
+    note: str = ""
 
     def rows(self) -> pd.DataFrame:
         """The rows as a pandas frame (Arrow batches are converted)."""

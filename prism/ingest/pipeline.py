@@ -64,6 +64,8 @@ class FileReport:
     #: how the rows were read: ``duckdb`` (DuckDB's own reader, then checks in SQL),
     #: ``arrow`` (streamed Arrow chunks) or ``checked`` (row by row checks that name lines)
     reader: str = ""
+    #: what the rows stand for, where it is not one per input row (:attr:`Batch.note`)
+    note: str = ""
 
 
 @dataclass
@@ -224,7 +226,7 @@ def _ingest(
             run[ingest_id] = (path, reread)
             touched.update(batch.clusters or ([options.cluster] if options.cluster else []))
             done[i] = FileReport(str(path), "ingested", rows, len(batch.rejects), ingest_id,
-                                 tuple(batch.rejects), reader="checked")
+                                 tuple(batch.rejects), reader="checked", note=batch.note)
             if progress:
                 progress("write", n, len(pending))
         if defer and touched and _any_repeat(store, sorted(touched)):

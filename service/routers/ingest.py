@@ -58,7 +58,8 @@ async def ingest(q: Annotated[IngestQuery, Query()], request: Request,
         status="ingested" if any(f.status == "ingested" for f in report.files) else "unchanged",
         rows=report.rows, rejected=report.rejected,
         files=[IngestFileOut(name=f.path, status="unchanged" if f.status == "unchanged"
-                             else "ingested", rows=f.rows, rejected=f.rejected)
+                             else "ingested", rows=f.rows, rejected=f.rejected,
+                             note=f.note)
                for f in report.files],
         clusters=report.clusters, series=report.series, changed_series=len(outcome.changed),
         scored_points=outcome.scored)

@@ -329,3 +329,17 @@ def test_cors_is_off_by_default_and_on_when_configured(settings: Settings) -> No
         pre = client.options("/v1/series", headers=headers)
         assert pre.status_code == 200
         assert pre.headers["access-control-allow-origin"] == "https://scheduler.example"
+
+
+def test_a_node_list_is_ingested_as_capacity(client: TestClient) -> None:
+    nodes = "sn,cpu_milli,gpu,model\nn1,64000,8,A100\nn2,64000,8,A100\nn3,32000,4,T4\n"
+    done = client.post("/v1/ingest", params={"format": "node-list", "cluster": "lab"},
+                       files={"file": ("nodes.csv", nodes.encode())})
+    assert done.status_code == 200, done.text
+    body = done.json()
+    assert body["rows"] == 4  # all (A100, T4), gpu:A100, gpu:T4
+    assert "from 3 nodes, 3 with GPUs: 20 GPUs of 2 type(s)" in body["files"][0]["note"]
+    twice = client.post("/v1/ingest", params={"format": "node-list", "cluster": "lab2"},
+                        files={"file": ("nodes.csv", (nodes + "n1,64000,8,A100\n").encode())})
+    assert twice.status_code == 422
+    assert "line 5" in twice.text and "listed on line 2 too" in twice.text

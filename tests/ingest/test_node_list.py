@@ -1,0 +1,88 @@
+"""``node-list``: a node inventory becomes the planner's capacity, per GPU type and scope, with
+errors that name the line and field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from prism import usecases
+from prism.cli import main
+from prism.usecases.capacity import capacities_at
+
+NODES = ("host,gpu_count,model,partition,cpus\n"
+         "n1,8,A100,train,64\nn2,8,A100,train,64\nn3,4,T4,infer,32\nn4,0,,cpu,96\n"
+         "n5,2,,infer,16\n")
+
+
+def _ingest(db: Path, path: Path, *extra: str) -> int:
+    return main(["--db", str(db), "ingest", str(path), "--format", "node-list", *extra])
+
+
+def test_a_node_list_is_capacity_per_gpu_type_and_scope(tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]
+                                                        ) -> None:
+    path, db = tmp_path / "nodes.csv", tmp_path / "prism.duckdb"
+    path.write_text(NODES)
+    mapping = ["--cluster", "lab", "--map", "node=host", "--map", "gpus=gpu_count",
+               "--map", "gpu_type=model", "--map", "scope=partition"]
+    assert _ingest(db, path, *mapping) == 0
+    out = capsys.readouterr().out
+    assert "from 5 nodes, 4 with GPUs: 22 GPUs of 3 type(s)" in out
+    with usecases.open_store(db) as store:
+        scopes = ["all", "gpu:A100", "gpu:T4", "gpu:unknown", "train", "infer", "cpu"]
+        gpus, source = capacities_at(store, "lab", scopes, None)
+    assert gpus == {"all": 22.0, "gpu:A100": 16.0, "gpu:T4": 4.0, "gpu:unknown": 2.0,
+                    "train": 16.0, "infer": 6.0}  # a CPU-only partition has no GPU capacity
+    assert set(source.values()) == {"store"}
+    # the same file again adds nothing
+    assert _ingest(db, path, *mapping) == 0
+    assert "unchanged (already ingested)" in capsys.readouterr().out
+
+
+def test_bad_node_lists_are_named_by_line_and_field(tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    db = tmp_path / "prism.duckdb"
+    nodes = tmp_path / "nodes.csv"
+    nodes.write_text(NODES)
+    assert _ingest(db, nodes, "--cluster", "lab") == 1
+    err = capsys.readouterr().err
+    assert "missing column(s) ['node', 'gpus']" in err and "--map gpus=gpu_count" in err
+
+    twice = tmp_path / "twice.csv"
+    twice.write_text("node,gpus,gpu_type\nn1,8,A100\nn2,8,A100\nn1,8,A100\n")
+    assert _ingest(db, twice, "--cluster", "lab") == 1
+    err = capsys.readouterr().err
+    assert "line 4, column 'node': this node is listed on line 2 too" in err
+
+    odd = tmp_path / "odd.csv"
+    odd.write_text("node,gpus,gpu_type\nn1,8,A100\nn2,2.5,A100\nn3,-1,T4\n")
+    assert _ingest(db, odd, "--cluster", "lab") == 1
+    err = capsys.readouterr().err
+    assert "line 3, column 'gpus': GPU count is not a whole number" in err
+    assert "line 4, column 'gpus': GPU count is negative" in err
+
+    assert _ingest(db, odd) == 1
+    err = capsys.readouterr().err
+    assert "missing column(s) ['cluster']" in err and "pass --cluster" in err
+    assert "--map" not in err
+    # nothing was stored by the failed runs; --on-error skip keeps the good nodes
+    with usecases.open_store(db) as store:
+        assert capacities_at(store, "lab", ["all"], None)[0] == {}
+    assert _ingest(db, odd, "--cluster", "lab", "--on-error", "skip") == 0
+    with usecases.open_store(db) as store:
+        assert capacities_at(store, "lab", ["all"], None)[0] == {"all": 8.0}
+
+
+def test_alibaba_v2023_node_list_reads_as_it_is(traces: Path, tmp_path: Path) -> None:
+    db = tmp_path / "prism.duckdb"
+    assert main(["--db", str(db), "ingest",
+                 str(traces / "alibaba_gpu" / "v2023_openb_pod_list_default.csv.gz"),
+                 "--format", "alibaba-pods", "--cluster", "alibaba-v2023"]) == 0
+    assert _ingest(db, traces / "alibaba_gpu" / "v2023_openb_node_list_gpu_node.csv",
+                   "--cluster", "alibaba-v2023") == 0
+    with usecases.open_store(db) as store:
+        gpus, _ = capacities_at(store, "alibaba-v2023", ["all", "gpu:G2", "gpu:T4", "BE"], None)
+    # the trace's README: 1,213 nodes, 6,212 GPUs; G2 is the largest model (549 nodes)
+    assert gpus == {"all": 6212.0, "gpu:G2": 4392.0, "gpu:T4": 842.0}
