@@ -23,7 +23,7 @@ from prism.config import get_settings
 from prism.errors import ConfigError, FileScanError, PrismError, SeriesNotFound
 from prism.schema import SCOPE_BAD_CHARS, FileScan
 from prism.store_path import check_store_path
-from prism.store_scan import SCAN_EXPR
+from prism.store_scan import SCAN_EXPR, polling
 
 logger = logging.getLogger(__name__)
 
@@ -280,7 +280,7 @@ class Store:
             source = f"read_parquet(?) AS scan({', '.join(aliases)})"
             params.append(str(scan.path))
         sql = f"INSERT INTO {table} ({', '.join(targets)}) SELECT {', '.join(exprs)} FROM {source}"
-        with self._lock, _polling(self._conn, progress):
+        with self._lock, polling(self._conn, progress):
             try:
                 row = self._conn.execute(sql, params).fetchone()
             except duckdb.Error as exc:
@@ -509,18 +509,25 @@ class Store:
     def capacity_at(self, cluster: str, scope: str, at: pd.Timestamp | None) -> float | None:
         """GPUs installed in a scope at time ``at`` (the latest row per GPU type in force).
 
+        A node list (``node-list``) is a snapshot of the whole cluster: of its rows only the
+        newest node list's count, so a GPU type or scope it no longer lists has none left.
+
         Returns:
             The sum over GPU types, or ``None`` when the store has no capacity for the scope.
         """
         row = self.fetch_one(
-            """SELECT sum(gpus), count(*) FROM (
-                   SELECT gpus FROM capacity
-                   WHERE cluster = ? AND scope = ?
+            """WITH nodes AS (
+                   SELECT max(c.ingest_id) AS newest FROM capacity c JOIN ingests i
+                   USING (ingest_id) WHERE i.format = 'node-list' AND c.cluster = ?)
+               SELECT sum(gpus), count(*) FROM (
+                   SELECT gpus FROM capacity c JOIN ingests i USING (ingest_id), nodes
+                   WHERE c.cluster = ? AND c.scope = ?
+                     AND (i.format <> 'node-list' OR c.ingest_id = nodes.newest)
                      AND (valid_from IS NULL OR ?::TIMESTAMP IS NULL OR valid_from <= ?)
                    QUALIFY row_number() OVER (PARTITION BY gpu_type
                                               ORDER BY valid_from DESC NULLS LAST,
-                                                       ingest_id DESC) = 1)""",
-            [cluster, scope, at, at],
+                                                       c.ingest_id DESC) = 1)""",
+            [cluster, cluster, scope, at, at],
         )
         return None if row is None or not row[1] else float(row[0])
 
@@ -745,38 +752,6 @@ PLAN_COLUMNS = ("cluster", "scope", "series_id", "made_at", "valid_from", "valid
                 "gpus_planned", "quantile", "model", "served_by")
 _BATCH_FORECAST_COLUMNS = ("series_id", "cutoff", "ts", "model", "mean", "quantiles", "value")
 _BATCH_SERIES_COLUMNS = ("series_id", "status", "fallback_reason", "seconds", "n_rows")
-
-
-@contextlib.contextmanager
-def _polling(
-    conn: duckdb.DuckDBPyConnection, progress: Callable[[float], None] | None
-) -> Iterator[None]:
-    """Report the progress of the query run inside, from a thread that polls DuckDB."""
-    if progress is None:
-        yield
-        return
-    conn.execute("SET enable_progress_bar = true")
-    conn.execute("SET enable_progress_bar_print = false")
-    conn.execute("SET progress_bar_time = 0")
-    done = threading.Event()
-
-    def poll() -> None:
-        while not done.wait(0.2):
-            value = conn.query_progress()
-            if value >= 0:
-                progress(min(value, 100.0) / 100.0)
-
-    thread = threading.Thread(target=poll, name="prism-scan-progress", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        done.set()
-        thread.join()
-        with contextlib.suppress(duckdb.Error):  # an aborted transaction refuses SET
-            conn.execute("RESET enable_progress_bar")
-            conn.execute("RESET enable_progress_bar_print")
-            conn.execute("RESET progress_bar_time")
 
 
 _INSERTABLE = {"jobs", "samples", "capacity", "rejects", "series_values", "series", "ingests",

@@ -11,8 +11,9 @@ Stored as capacity rows (what ``capacity-csv`` stores), the GPUs summed per GPU 
 cluster (scope ``all``, one row per type, which the planner adds up), for each type's scope
 (``gpu:<type>``, named as in series ids; nodes without a type count as ``gpu:unknown``) and,
 with a ``scope`` column, for each scope. Nodes without GPUs are left out. A node listed twice
-would count twice: that is refused, naming both lines. A later node list of the cluster
-replaces the capacity of the GPU types it lists (the planner reads the newest row per type).
+would count twice: that is refused, naming both lines. A node list is a snapshot of the whole
+cluster: a later one replaces it, so a GPU type or scope it no longer lists has no capacity
+left from it (:meth:`prism.store.Store.capacity_at`).
 """
 
 from __future__ import annotations

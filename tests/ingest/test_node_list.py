@@ -86,3 +86,23 @@ def test_alibaba_v2023_node_list_reads_as_it_is(traces: Path, tmp_path: Path) ->
         gpus, _ = capacities_at(store, "alibaba-v2023", ["all", "gpu:G2", "gpu:T4", "BE"], None)
     # the trace's README: 1,213 nodes, 6,212 GPUs; G2 is the largest model (549 nodes)
     assert gpus == {"all": 6212.0, "gpu:G2": 4392.0, "gpu:T4": 842.0}
+
+
+def test_a_later_node_list_replaces_the_whole_snapshot(tmp_path: Path) -> None:
+    db = tmp_path / "prism.duckdb"
+    before, after = tmp_path / "before.csv", tmp_path / "after.csv"
+    before.write_text("node,gpus,gpu_type,scope\nn1,8,A100,train\nn2,8,A100,train\n"
+                      "n3,4,T4,infer\n")
+    # the T4 node is retired, the infer partition gone, an A100 node added
+    after.write_text("node,gpus,gpu_type,scope\nn1,8,A100,train\nn2,8,A100,train\n"
+                     "n4,8,A100,train\n")
+    table = tmp_path / "capacity.csv"
+    table.write_text("cluster,scope,gpus\nlab,vc-x,32\n")
+    assert _ingest(db, before, "--cluster", "lab") == 0
+    assert main(["--db", str(db), "ingest", str(table), "--format", "capacity-csv"]) == 0
+    assert _ingest(db, after, "--cluster", "lab") == 0
+    scopes = ["all", "gpu:A100", "gpu:T4", "train", "infer", "vc-x"]
+    with usecases.open_store(db) as store:
+        gpus, _ = capacities_at(store, "lab", scopes, None)
+    # nothing of the retired T4 is left; a capacity-csv row is not a node list's to replace
+    assert gpus == {"all": 24.0, "gpu:A100": 24.0, "train": 24.0, "vc-x": 32.0}
