@@ -95,3 +95,38 @@ def test_the_procurement_plan_counts_the_same_queue(tmp_path: Path) -> None:
     assert rows["vc1"].last_level == pytest.approx(12.0)
     assert rows["vc1"].needed_gpus == 0 and "times 11%" in rows["vc1"].reason
     assert rows["vc2"].last_level == pytest.approx(44.0) and "times" not in rows["vc2"].reason
+
+
+def test_a_slurm_cluster_plans_only_the_queue_its_partitions_can_start(tmp_path: Path) -> None:
+    """sacct jobs by partition and the sinfo node list, as a Slurm site ingests them: a job
+    asking 16 GPUs of a partition of 8 is left out of that partition's allowance."""
+    sacct = tmp_path / "sacct.txt"
+    sacct.write_text(
+        "JobID|Account|Partition|AllocTRES|ReqTRES|Submit|Start|End|State\n"
+        "1|lab|small|cpu=4,gres/gpu:a100=4|cpu=4,gres/gpu:a100=4|2026-03-02T00:00:00|"
+        "2026-03-02T00:00:00|2026-03-04T00:00:00|COMPLETED\n"
+        "2||small||cpu=4,gres/gpu:a100=4|2026-03-03T00:00:00|Unknown|Unknown|PENDING\n"
+        "3||small||cpu=8,gres/gpu:a100=16|2026-03-03T00:00:00|Unknown|Unknown|PENDING\n")
+    sinfo = tmp_path / "sinfo.txt"
+    sinfo.write_text("NODELIST|PARTITION|GRES\nn1|small*|gpu:a100:8(S:0-1)\n"
+                     "n2|big|gpu:a100:8(S:0-1)\nn3|big|gpu:a100:8(S:0-1)\n")
+    db = tmp_path / "prism.duckdb"
+    assert main(["--db", str(db), "ingest", str(sacct), "--format", "slurm-sacct",
+                 "--cluster", "hpc", "--option", "scope=partition"]) == 0
+    assert main(["--db", str(db), "ingest", str(sinfo), "--format", "node-list",
+                 "--cluster", "hpc"]) == 0
+    flat = ([4.0, 4.0, 4.0], 0.0)
+    queued = ([20.0, 20.0, 20.0], 0.0)
+    with usecases.open_store(db) as store:
+        ids = set(store.list_series(cluster="hpc")["series_id"])
+        source = HandForecasts({sid: queued if sid.endswith("/gpus_pending") else flat
+                                for sid in ids})
+        plan = plan_cluster_capacity(store, "hpc", source, horizon="3", quantile=0.9)
+    rows = {r.scope: r for r in plan.rows}
+    small = rows["small"]
+    assert small.capacity == 8.0 and small.capacity_source == "store"
+    assert small.queue_allowance == pytest.approx(4.0)  # 20 x 4 / 20: job 3 cannot start
+    assert "times 20%" in small.reason and "1 such job(s) queued now" in small.reason
+    # the cluster could start job 3 on its 24 GPUs; gpu:a100 is the cluster's one type
+    assert rows["all"].queue_allowance == pytest.approx(20.0)
+    assert rows["all"].capacity == 24.0 and rows["gpu:a100"].capacity == 24.0

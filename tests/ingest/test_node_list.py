@@ -106,3 +106,39 @@ def test_a_later_node_list_replaces_the_whole_snapshot(tmp_path: Path) -> None:
         gpus, _ = capacities_at(store, "lab", scopes, None)
     # nothing of the retired T4 is left; a capacity-csv row is not a node list's to replace
     assert gpus == {"all": 24.0, "gpu:A100": 24.0, "train": 24.0, "vc-x": 32.0}
+
+
+SINFO = ("NODELIST|PARTITION|GRES\n"
+         "gpu01|train*|gpu:a100:8(S:0-1)\ngpu01|debug|gpu:a100:8(S:0-1)\n"
+         "gpu02|train*|gpu:a100:8(S:0-1)\ninf01|infer|gpu:t4:4,nvme:1\ncpu01|cpu|(null)\n"
+         "mix01|infer|gpu:t4:2(S:0),gpu:a10:2(S:1)\nold01|infer|gpu:4\n")
+
+
+def test_slurm_sinfo_reads_as_it_is(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path, db = tmp_path / "sinfo.txt", tmp_path / "prism.duckdb"
+    path.write_text(SINFO)
+    assert _ingest(db, path, "--cluster", "hpc") == 0
+    assert "from 6 nodes, 5 with GPUs: 28 GPUs of 4 type(s)" in capsys.readouterr().out
+    scopes = ["all", "gpu:a100", "gpu:t4", "gpu:a10", "gpu:unknown", "train", "debug",
+              "infer", "cpu"]
+    with usecases.open_store(db) as store:
+        gpus, _ = capacities_at(store, "hpc", scopes, None)
+    # gpu01 serves train and debug: once for the cluster, in each of its partitions
+    assert gpus == {"all": 28.0, "gpu:a100": 16.0, "gpu:t4": 6.0, "gpu:a10": 2.0,
+                    "gpu:unknown": 4.0, "train": 16.0, "debug": 8.0, "infer": 12.0}
+
+
+def test_bad_sinfo_rows_are_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = tmp_path / "prism.duckdb"
+    ranges = tmp_path / "ranges.txt"
+    ranges.write_text("NODELIST|PARTITION|GRES\ngpu[01-04]|train*|gpu:a100:8\n")
+    assert _ingest(db, ranges, "--cluster", "hpc") == 1
+    err = capsys.readouterr().err
+    assert "line 2, column 'NODELIST': a range of nodes, not one node" in err and "-N" in err
+    differ = tmp_path / "differ.txt"
+    differ.write_text("NODELIST|PARTITION|GRES\ngpu01|train|gpu:a100:8\ngpu01|debug|gpu:a100:4\n"
+                      "gpu02|train|gpu:a100\n")
+    assert _ingest(db, differ, "--cluster", "hpc") == 1
+    err = capsys.readouterr().err
+    assert "node 'gpu01' has different GPUs on lines 2, 3" in err
+    assert "line 4, column 'GRES': a gpu entry without a count" in err
