@@ -166,7 +166,7 @@ def test_the_cli_the_api_and_the_report_give_one_set_of_numbers(
     capsys.readouterr()
     models = tmp_path / "models"
     config = Settings(db=str(db), models_dir=models, default_model="naive",
-                      fit_budget_s=10.0, api_token=None, refit_every=None, cors_origins=[])
+                      fit_budget_s=60.0, api_token=None, refit_every=None, cors_origins=[])
     query = {"cluster": "lab", "horizon": "6h", "quantile": 0.95}
     with TestClient(create_app(config)) as client:
         api = client.get("/v1/capacity", params=query)

@@ -113,7 +113,7 @@ def test_cli_and_api_choose_the_same_quantiles_by_replaying_the_model(
     db = _write_store(tmp_path, days=5)  # three days replayed
     models = tmp_path / "models"
     config = Settings(db=str(db), models_dir=models, default_model="naive",
-                      fit_budget_s=10.0, api_token=None, refit_every=None, cors_origins=[])
+                      fit_budget_s=60.0, api_token=None, refit_every=None, cors_origins=[])
     query = {"cluster": "lab", "horizon": "1d", "quantile": "0.95", "max_unmet": "0.3%"}
     with LiveServer(create_app(config)) as live:  # over HTTP
         api = httpx.get(f"{live.url}/v1/capacity", params=query, timeout=120)

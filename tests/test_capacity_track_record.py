@@ -109,7 +109,7 @@ def test_prism_capacity_records_the_whole_plan_once_and_the_api_too(
     with usecases.open_store(db) as store:
         assert store.capacity_plans("lab").empty
 
-    config = Settings(db=str(db), models_dir=models, default_model="naive", fit_budget_s=10.0,
+    config = Settings(db=str(db), models_dir=models, default_model="naive", fit_budget_s=60.0,
                       api_token=None, refit_every=None, cors_origins=[])
     query = {"cluster": "lab", "horizon": "6h", "quantile": "0.9", "scope": "vc-b"}
     with LiveServer(create_app(config)) as live:
@@ -327,7 +327,7 @@ def test_track_record_is_one_set_of_numbers_in_the_cli_the_api_and_the_report(
     assert float(cells["unmet_share"]) == pytest.approx(summary["total"]["unmet_share"])
 
     config = Settings(db=str(db), models_dir=tmp_path / "models", default_model="naive",
-                      fit_budget_s=10.0, api_token=None, refit_every=None, cors_origins=[])
+                      fit_budget_s=60.0, api_token=None, refit_every=None, cors_origins=[])
     with LiveServer(create_app(config)) as live:
         response = httpx.get(f"{live.url}/v1/capacity/track-record",
                              params={"cluster": "lab", "plans": "true"}, timeout=60)

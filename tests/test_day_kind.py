@@ -153,7 +153,7 @@ def test_capacity_cli_flag_turns_the_floor_off(tmp_path: Path,
     assert needed("--no-day-floor") < 20.0
     # the API (over HTTP, the saved naive models the CLI just wrote) and its client agree
     config = Settings(db=str(db), models_dir=tmp_path / "models", default_model="naive",
-                      fit_budget_s=10.0, api_token=None, refit_every=None, cors_origins=[])
+                      fit_budget_s=60.0, api_token=None, refit_every=None, cors_origins=[])
     query = {"cluster": "lab", "horizon": "1d", "record": "false"}
     with LiveServer(create_app(config)) as live:
         floored = httpx.get(f"{live.url}/v1/capacity", params=query, timeout=120)

@@ -131,7 +131,7 @@ def test_the_cli_and_the_api_give_the_same_procurement(
     printed = json.loads(capsys.readouterr().out)
     assert printed["rows"]  # the day-ahead plan beside it
     config = Settings(db=str(db), models_dir=models, default_model="naive",
-                      fit_budget_s=10.0, api_token=None, refit_every=None, cors_origins=[])
+                      fit_budget_s=60.0, api_token=None, refit_every=None, cors_origins=[])
     with LiveServer(create_app(config)) as live:  # over HTTP
         api = httpx.get(f"{live.url}/v1/capacity", timeout=60,
                         params={"cluster": "lab", "procurement": "30d", "steps": "true"})

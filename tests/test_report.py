@@ -332,7 +332,7 @@ def planner(tmp_path_factory: pytest.TempPathFactory) -> Planner:
                             "lab,all,65\n", start=START)
     models = folder / "models"
     config = Settings(db=str(db), models_dir=models, default_model="naive",
-                      fit_budget_s=10.0, api_token=None, refit_every=None, cors_origins=[])
+                      fit_budget_s=60.0, api_token=None, refit_every=None, cors_origins=[])
     with LiveServer(create_app(config)) as live:
         response = get_when_fitted(f"{live.url}/v1/capacity", QUERY)
     output = folder / "report.html"
