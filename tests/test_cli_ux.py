@@ -152,6 +152,21 @@ def test_db_after_the_command_wins(tmp_path: Path, db: str,
     assert main(["--db", db, "series", "show", SID, "--tail", "1"]) == 0  # before: as ever
 
 
+def test_quiet_before_or_after_the_command(tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    nodes = tmp_path / "nodes.csv"
+    store = str(tmp_path / "q.duckdb")
+    for i, argv in enumerate((["--db", store, "-q", "ingest"], ["--db", store, "ingest"])):
+        nodes.write_text(f"node,gpus,gpu_type\nn{i},8,A100\n")  # new content each time
+        assert main([*argv, str(nodes), "--format", "node-list", "--cluster", "lab",
+                     *([] if i == 0 else ["-q"])]) == 0
+        assert "━" not in capsys.readouterr().err
+    nodes.write_text("node,gpus,gpu_type\nn9,8,A100\n")
+    assert main(["--db", store, "ingest", str(nodes), "--format", "node-list",
+                 "--cluster", "lab"]) == 0
+    assert "━" in capsys.readouterr().err  # the bar, where neither asked for quiet
+
+
 # -- --output - ------------------------------------------------------------------------------
 def test_forecast_to_stdout_as_csv_and_json(db: str, capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["forecast", SID, "--model", "seasonal_naive", "--horizon", "2h", "--quantiles",

@@ -66,6 +66,12 @@ def db_flag(p: argparse.ArgumentParser) -> None:
                    help=_DB_HELP + "; wins over a --db before the command")
 
 
+def quiet_flag(p: argparse.ArgumentParser, what: str = "no progress bar") -> None:
+    """``-q`` after the subcommand too (``prism ingest F -q`` as ``prism -q ingest F``);
+    unset, the one before the command holds."""
+    p.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help=what)
+
+
 def output_flags(p: argparse.ArgumentParser, what: str, *, required: bool = False,
                  table: bool = True, files: tuple[str, ...] = FRAME_FORMATS) -> None:
     """``--output FILE`` or ``-`` (stdout), and ``--format``; ``table``: without
@@ -118,6 +124,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"prism {__version__}")
     parser.add_argument("--db", default=None, help=_DB_HELP)
     parser.add_argument("-v", "--verbose", action="store_true", help="log each stage")
+    parser.add_argument("-q", "--quiet", action="store_true",
+                        help="no progress bar (also after the command)")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("ingest", help="ingest trace files, or pull from Prometheus, into the "
@@ -160,7 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="gap policy of sampled series (default: auto, kept per cluster)")
     p.add_argument("--on-error", choices=("fail", "skip"), default="fail",
                    help="fail at the first bad row, or store bad rows in `rejects`")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    quiet_flag(p)
     db_flag(p)
     p.set_defaults(func=app._cmd_ingest)
 
@@ -223,7 +231,7 @@ def build_parser() -> argparse.ArgumentParser:
     _models_dir(p)
     p.add_argument("--reconcile", choices=("bottom_up", "mint_shrink"),
                    help="make VC and GPU-type forecasts add up to the cluster's")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    quiet_flag(p)
     db_flag(p)
     _batch_flags(p)
     p.set_defaults(func=app._cmd_forecast)
@@ -234,7 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--all", action="store_true", help="every series in the store")
     _model_choice(p)
     _models_dir(p)
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    quiet_flag(p)
     db_flag(p)
     _batch_flags(p)
     p.set_defaults(func=app._cmd_refit, save=True, horizon="1d", quantiles="0.5,0.9,0.99",
@@ -269,7 +277,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="score the backtest as a planning backtest: one provisioned level per "
                    "series and day (and hour) from each forecast's quantiles, against the static "
                    "peak, yesterday's peak and the oracle (kept for `prism report`)")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    quiet_flag(p)
     db_flag(p)
     _batch_flags(p)
     p.set_defaults(func=app._cmd_backtest)
@@ -307,7 +315,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="arrivals per cluster per day (default: realistic rates)")
     p.add_argument("--file-format", choices=("csv", "parquet"), default="csv",
                    help="the format of the files written")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    quiet_flag(p)
     p.set_defaults(func=app._cmd_generate)
 
     datasets = sub.add_parser("datasets", help="the catalogue of public GPU traces")
@@ -323,7 +331,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "or the origin)")
     p.add_argument("--no-verify", action="store_true",
                    help="accept a file whose checksum the catalogue does not know")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    quiet_flag(p)
     p.set_defaults(func=app._cmd_datasets_download)
 
     planning.add_parsers(sub)

@@ -29,7 +29,7 @@ from prism.cli.common import err as _err
 from prism.cli.common import out as _out
 from prism.cli.common import pairs as _pairs
 from prism.cli.common import table as _table
-from prism.cli.parser import db_flag, output_flags
+from prism.cli.parser import db_flag, output_flags, quiet_flag
 from prism.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -396,7 +396,7 @@ def _model_flags(p: argparse.ArgumentParser) -> None:
                    help="fit the model now on the cluster's series (and save it)")
     p.add_argument("--models-dir", type=Path, default=None,
                    help="the model registry (default: $PRISM_MODELS_DIR or ./models)")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar or spinner")
+    quiet_flag(p, "no progress bar or spinner")
     db_flag(p)
     p.set_defaults(refit=False)
 
