@@ -57,7 +57,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -73,17 +73,15 @@ from prism.capacity_inputs import (
 )
 from prism.day_kind import FLOOR, FLOOR_FROM
 from prism.errors import ConfigError, DataContractError
+from prism.queue_fit import QueueFit, queue_allowance
 from prism.schema import ALL_SCOPE, GPU_TYPE_PREFIX, SERIES_ID, TS, split_series_id
-
-if TYPE_CHECKING:
-    from prism.queue_fit import QueueFit
 
 __all__ = [
     "DISTRIBUTION_LEVELS", "CapacityPlan", "CapacityRow", "Move", "Recommendation",
     "Reservation", "Watts", "advise", "apply_what_if", "exceed_probability", "expected_above",
     "expected_below", "expected_value", "parse_reservation", "parse_watts", "plan_capacity",
     "quantile_at", "quantile_matrix", "read_capacity_table", "read_reservations", "recommend",
-    "reservation_load",
+    "reservation_load", "shared_vcs",
 ]
 
 logger = logging.getLogger(__name__)
@@ -352,6 +350,18 @@ def recommend(needed: float, capacity: float | None, *,
     return Recommendation("keep", 0, 0, 0, "keep")
 
 
+def shared_vcs(capacity: Mapping[str, float | None]) -> tuple[float, float] | None:
+    """``(the VCs' capacities added up, the cluster's)`` where that sum is more than the
+    cluster has: the VCs share GPUs (Slurm partitions over the same nodes), so neither moves
+    between them nor their sum mean anything. ``None`` where they split the cluster."""
+    total = capacity.get(ALL_SCOPE)
+    vcs = [float(c) for s, c in capacity.items() if c is not None and s != ALL_SCOPE
+           and not s.startswith(GPU_TYPE_PREFIX)]
+    if total is None or not vcs or sum(vcs) <= float(total) + _EPS:
+        return None
+    return sum(vcs), float(total)
+
+
 def advise(needed: Mapping[str, float], capacity: Mapping[str, float | None], *, hours: float,
            recent_peak: Mapping[str, float] | None = None
            ) -> tuple[dict[str, Recommendation], tuple[Move, ...]]:
@@ -361,9 +371,10 @@ def advise(needed: Mapping[str, float], capacity: Mapping[str, float | None], *,
     (``floor(capacity - needed)``) of the others, the largest shortage from the largest spare
     first. What no VC can lend, the cluster adds; spare GPUs nobody borrows and that the VC
     did not use over its recent history either are released. Either way, the VCs' net changes
-    add up to the cluster's (its ``add`` or ``release``). Without a VC of known capacity the
-    cluster (and each scope) plans on its own (:func:`recommend`). A cluster of one GPU type
-    gives its GPU-type scope the cluster's advice.
+    add up to the cluster's (its ``add`` or ``release``). Without a VC of known capacity, or
+    with VCs that share GPUs (:func:`shared_vcs`), each scope plans on its own
+    (:func:`recommend`). A cluster of one GPU type gives its GPU-type scope the cluster's
+    advice.
 
     Args:
         needed: scope -> peak GPUs needed over the window.
@@ -378,7 +389,7 @@ def advise(needed: Mapping[str, float], capacity: Mapping[str, float | None], *,
     out = {s: recommend(n, capacity.get(s), recent_peak=peaks.get(s)) for s, n in needed.items()}
     vcs = sorted(s for s in needed if s != ALL_SCOPE and not s.startswith(GPU_TYPE_PREFIX)
                  and capacity.get(s) is not None)
-    if not vcs:
+    if not vcs or shared_vcs(capacity) is not None:
         return out, ()
     cap = {s: float(capacity[s] or 0.0) for s in vcs}
     short = {s: math.ceil(needed[s] - cap[s] - _EPS) for s in vcs if needed[s] > cap[s] + _EPS}
@@ -572,27 +583,6 @@ class CapacityPlan:
         return out
 
 
-def _queue_allowance(queue: pd.DataFrame | None, scope: str, growth: float,
-                     peak: float | None, fit: QueueFit | None) -> tuple[float, str]:
-    """The queue allowance of a scope and its reason (see :func:`plan_capacity`)."""
-    if queue is None:
-        return 0.0, "no queue series"
-    mine = queue[queue[SERIES_ID].map(lambda s: split_series_id(str(s))[1] == scope)]
-    if mine.empty:
-        return 0.0, "no queue series"
-    mean = float(np.clip(mine["mean"].to_numpy(dtype=np.float64), 0, None).mean() * growth)
-    scaled = fit is not None and fit.share < 1
-    fitted = mean * fit.share if fit is not None and scaled else mean
-    what = (f"the mean {mean:,.1f} queued GPUs forecast over the window{fit.words()}"
-            if fit is not None and scaled else "the mean queued GPUs forecast over the window")
-    after = "" if fit is None or scaled else fit.words()
-    if peak is not None and fitted > peak:
-        return max(float(peak), 0.0), (f"queue allowance {max(peak, 0.0):,.1f} ({what}, "
-                                       f"capped at the queue's recent peak{after})")
-    return fitted, (f"queue allowance {fitted:,.1f} ({what}, at most the recent queue peak"
-                    f"{'' if peak is None else f' {peak:,.1f}'}{after})")
-
-
 def _floored(level: FloatArray, mine: pd.DataFrame | None, ts: pd.DatetimeIndex,
              growth: float, reserved: FloatArray) -> tuple[FloatArray, str]:
     """``level`` raised to the day-kind floor of its steps (``mine``: the series' rows of
@@ -708,7 +698,7 @@ def plan_capacity(
         if not 0 < q < 1:
             raise ConfigError(f"quantile {q!r} of scope {scope!r} must be between 0 and 1")
         levels, raw = quantile_matrix(group)
-        allowance, why_queue = _queue_allowance(queue, scope, growth,
+        allowance, why_queue = queue_allowance(queue, scope, growth,
                                                 (queue_peak or {}).get(scope),
                                                 (queue_fit or {}).get(scope))
         values = raw + allowance
@@ -761,10 +751,18 @@ def plan_capacity(
                            recent_peak=recent_peak)
     vcs = [r for r in sized if r["capacity"] is not None and r["scope"] != ALL_SCOPE
            and not r["scope"].startswith(GPU_TYPE_PREFIX)]
+    shared = shared_vcs({r["scope"]: r["capacity"] for r in sized})
     rows = []
     for record in sized:
         a = advice[record["scope"]]
-        if vcs and (record["scope"] == ALL_SCOPE or a.text.startswith("all the cluster")):
+        if shared and record["scope"] == ALL_SCOPE:
+            record["reason"] += (f"; the VCs' capacities add up to {shared[0]:,.0f} GPUs, more "
+                                 f"than the cluster's {shared[1]:,.0f}: they share GPUs (e.g. "
+                                 "partitions over the same nodes), so each scope is planned on "
+                                 "its own, without moves between them")
+        elif shared and not record["scope"].startswith(GPU_TYPE_PREFIX):
+            record["reason"] += "; planned on its own: the VCs share GPUs"
+        elif vcs and (record["scope"] == ALL_SCOPE or a.text.startswith("all the cluster")):
             record["reason"] += (f"; the advice is the net of the VCs' plans (they need "
                                  f"{sum(r['gpus_needed'] for r in vcs):,.1f} of "
                                  f"{sum(r['capacity'] for r in vcs):,.1f} GPUs)")

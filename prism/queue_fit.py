@@ -19,11 +19,22 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+import numpy as np
 import pandas as pd
 
-from prism.schema import ALL_SCOPE, GPU_TYPE_PREFIX, SCOPE_BAD_CHARS, UNASSIGNED_SCOPE
-from prism.store import Store
+from prism.schema import (
+    ALL_SCOPE,
+    GPU_TYPE_PREFIX,
+    SCOPE_BAD_CHARS,
+    SERIES_ID,
+    UNASSIGNED_SCOPE,
+    split_series_id,
+)
+
+if TYPE_CHECKING:
+    from prism.store import Store
 
 _BAD_CHARS = SCOPE_BAD_CHARS
 _EPS = 1e-9
@@ -127,3 +138,27 @@ def fits_at(store: Store, cluster: str, capacity: Mapping[str, float | None],
     """:func:`queue_fits` over the ``window`` before ``at``."""
     sizes = queued_by_size(store, cluster, at - window, at)
     return queue_fits(sizes, capacity, days=round(window / pd.Timedelta(days=1), 1))
+
+
+def queue_allowance(queue: pd.DataFrame | None, scope: str, growth: float,
+                     peak: float | None, fit: QueueFit | None) -> tuple[float, str]:
+    """The queue allowance of a scope and its reason (:func:`prism.capacity.plan_capacity`):
+    the mean of ``queue``'s (``series_id, mean``) forecast of the scope's queued GPUs over the
+    window, times ``growth``, times ``fit``'s share (jobs that fit the scope), at most
+    ``peak`` (the queue's recent peak)."""
+    if queue is None:
+        return 0.0, "no queue series"
+    mine = queue[queue[SERIES_ID].map(lambda s: split_series_id(str(s))[1] == scope)]
+    if mine.empty:
+        return 0.0, "no queue series"
+    mean = float(np.clip(mine["mean"].to_numpy(dtype=np.float64), 0, None).mean() * growth)
+    scaled = fit is not None and fit.share < 1
+    fitted = mean * fit.share if fit is not None and scaled else mean
+    what = (f"the mean {mean:,.1f} queued GPUs forecast over the window{fit.words()}"
+            if fit is not None and scaled else "the mean queued GPUs forecast over the window")
+    after = "" if fit is None or scaled else fit.words()
+    if peak is not None and fitted > peak:
+        return max(float(peak), 0.0), (f"queue allowance {max(peak, 0.0):,.1f} ({what}, "
+                                       f"capped at the queue's recent peak{after})")
+    return fitted, (f"queue allowance {fitted:,.1f} ({what}, at most the recent queue peak"
+                    f"{'' if peak is None else f' {peak:,.1f}'}{after})")

@@ -108,6 +108,35 @@ def test_moves_come_before_buys() -> None:
     assert sum(rows[s].net_gpus for s in ("vc-27a", "vc-he9", "vc-pzx")) == 10
 
 
+def test_vcs_that_share_gpus_are_planned_each_on_its_own() -> None:
+    """Slurm partitions over the same nodes: their capacities add up to more than the
+    cluster's, so lending between them or adding up their plans would be fiction."""
+    from prism.reports.tables import capacity_totals
+
+    ts = pd.date_range("2026-01-12", periods=144, freq="10min")
+
+    def fc(scope: str, value: float) -> pd.DataFrame:
+        return pd.DataFrame({SERIES_ID: f"c/{scope}/gpus_in_use", "ts": ts, "model": "hand",
+                             "mean": value, "p95": value})
+
+    # train and debug both hold the same 16 GPUs of a 24-GPU cluster (8 more in infer)
+    forecast = pd.concat([fc("all", 20.0), fc("train", 20.0), fc("debug", 2.0),
+                          fc("infer", 4.0)])
+    capacity = {"all": 24.0, "train": 16.0, "debug": 16.0, "infer": 8.0}
+    plan = plan_capacity(forecast, capacity, quantile=0.95, freq_s=600,
+                         recent_peak={"train": 16.0, "debug": 16.0, "infer": 8.0})
+    rows = {r.scope: r for r in plan.rows}
+    assert plan.moves == ()  # debug's "spare" GPUs are train's own
+    assert (rows["train"].action, rows["train"].add_gpus) == ("add", 4)
+    assert rows["debug"].borrow_gpus == rows["debug"].lend_gpus == 0
+    assert rows["all"].action == "keep"  # 20 of its 24 GPUs: its own plan, not the VCs' sum
+    assert "add up to 40 GPUs, more than the cluster's 24: they share GPUs" in rows["all"].reason
+    assert "planned on its own" in rows["train"].reason
+    part, totals = capacity_totals(plan.rows)
+    assert (part.kind, part.scopes, part.shared) == ("all", ("all",), True)
+    assert totals["capacity"] == 24.0  # not 40
+
+
 @settings(max_examples=80, deadline=None)
 @given(st.lists(st.tuples(st.floats(0, 500), st.integers(0, 500), st.floats(0, 500)),
                 min_size=1, max_size=6))

@@ -21,7 +21,7 @@ import math
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from html import escape
@@ -195,6 +195,7 @@ def render_html(data: ReportData) -> str:
 def _cluster_html(section: ClusterSection, data: ReportData) -> str:
     plan = section.plan
     rows = plan.rows
+    capacity = {r.scope: r.capacity for r in rows}
     start = rows[0].start if rows else None
     end = rows[0].end if rows else None
     out = [f"<section class='cluster' id='cluster-{anchor(section.cluster)}'>",
@@ -222,16 +223,18 @@ def _cluster_html(section: ClusterSection, data: ReportData) -> str:
         out.append(f"<p class='warning' data-kind='planning'>{escape(warning)}</p>")
     if section.planning is not None and not section.planning.empty:
         scopes = [r.scope for r in rows]
-        out.append(planning_table_html(section.planning, partition(scopes), scopes))
+        out.append(planning_table_html(section.planning, partition(scopes, capacity), scopes))
     if section.track_record is not None:
-        out.append(_track_record_html(section.track_record, [r.scope for r in rows]))
+        out.append(_track_record_html(section.track_record, [r.scope for r in rows],
+                                      capacity))
     for scope in section.scopes:
         out.append(_scope_html(scope, section, data))
     out.append("</section>")
     return "\n".join(out)
 
 
-def _track_record_html(record: TrackRecord, scopes: Sequence[str]) -> str:
+def _track_record_html(record: TrackRecord, scopes: Sequence[str],
+                       capacity: Mapping[str, float | None]) -> str:
     """The track record of the served plans: the note, the warnings and one table over the
     partition of the scopes (a total per model)."""
     out = [f"<h3 id='track-record-{anchor(record.cluster)}'>Track record of served plans</h3>",
@@ -239,7 +242,7 @@ def _track_record_html(record: TrackRecord, scopes: Sequence[str]) -> str:
     for warning in track_record_warnings(record.summary):
         out.append(f"<p class='warning' data-kind='track-record'>{escape(warning)}</p>")
     if not record.summary.empty:
-        part = partition(scopes)
+        part = partition(scopes, capacity)
         out.append(track_record_table_html(record.summary, part, scopes))
     return "\n".join(out)
 

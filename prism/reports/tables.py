@@ -11,14 +11,14 @@ Numbers in tables carry their exact value in ``data-value`` (the text shows it r
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from html import escape
 from typing import Any
 
 import pandas as pd
 
-from prism.capacity import CapacityRow
+from prism.capacity import CapacityRow, shared_vcs
 from prism.schema import ALL_SCOPE, GPU_TYPE_PREFIX
 
 #: Capacity table columns: (field, heading, decimals or None for text).
@@ -80,12 +80,14 @@ class Partition:
 
     kind: str
     scopes: tuple[str, ...]
+    shared: bool = False
 
     def describe(self) -> str:
         """The partition in words: ``the 2 VCs (vc1, vc2)``."""
         names = ", ".join(self.scopes)
         if self.kind == "all":
-            return "the whole cluster (scope all; it has no VCs)"
+            return ("the whole cluster (scope all; its VCs share GPUs, so they do not add up)"
+                    if self.shared else "the whole cluster (scope all; it has no VCs)")
         if self.kind == "gpu_types":
             return f"the {len(self.scopes)} GPU type(s) ({names}; the cluster has no VCs)"
         return f"the {len(self.scopes)} VC(s) ({names})"
@@ -95,11 +97,15 @@ class Partition:
         return sorted(set(scopes) - set(self.scopes))
 
 
-def partition(scopes: Iterable[str]) -> Partition:
+def partition(scopes: Iterable[str], capacity: Mapping[str, float | None] | None = None
+              ) -> Partition:
     """The partition a total is taken over: the VCs (every scope but ``all`` and the GPU
-    types), else ``all``, else the GPU types."""
+    types), else ``all``, else the GPU types. VCs whose ``capacity`` adds up to more than the
+    cluster's share GPUs (:func:`prism.capacity.shared_vcs`): then ``all``."""
     every = sorted(set(scopes))
     vcs = tuple(s for s in every if s != ALL_SCOPE and not s.startswith(GPU_TYPE_PREFIX))
+    if vcs and ALL_SCOPE in every and capacity is not None and shared_vcs(capacity):
+        return Partition("all", (ALL_SCOPE,), shared=True)
     if vcs:
         return Partition("vcs", vcs)
     if ALL_SCOPE in every:
@@ -110,7 +116,7 @@ def partition(scopes: Iterable[str]) -> Partition:
 def capacity_totals(rows: Sequence[CapacityRow]) -> tuple[Partition, dict[str, float | None]]:
     """The totals of :data:`TOTAL_FIELDS` over the partition of the rows' scopes (``None``
     where a row of it does not know the field, e.g. an unknown capacity)."""
-    part = partition(r.scope for r in rows)
+    part = partition((r.scope for r in rows), {r.scope: r.capacity for r in rows})
     mine = [r for r in rows if r.scope in part.scopes]
     totals: dict[str, float | None] = {}
     for name in TOTAL_FIELDS:

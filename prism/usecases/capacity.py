@@ -120,13 +120,14 @@ def planned_series(store: Store, cluster: str) -> PlannedSeries:
     return PlannedSeries(sizing, queue)
 
 
-def capacities_at(store: Store, cluster: str, scopes: Sequence[str], at: pd.Timestamp,
+def capacities_at(store: Store, cluster: str, scopes: Sequence[str], at: pd.Timestamp | None,
                   table: pd.DataFrame | None = None
                   ) -> tuple[dict[str, float], dict[str, str]]:
-    """Scope -> GPUs installed at ``at`` and where that came from: a ``--capacity`` table
-    (:func:`prism.capacity.read_capacity_table`), else the store's ``capacity`` rows
-    (capacity-csv), else the ``gpu_capacity`` samples; a cluster whose series have one GPU
-    type gives that type's scope the cluster's capacity (source ``cluster``)."""
+    """Scope -> GPUs installed at ``at`` (``None``: now) and where that came from: a
+    ``--capacity`` table (:func:`prism.capacity.read_capacity_table`), else the store's
+    ``capacity`` rows (capacity-csv, node-list), else the ``gpu_capacity`` samples; a cluster
+    whose series have one GPU type gives that type's scope the cluster's capacity (source
+    ``cluster``)."""
     gpus: dict[str, float] = {}
     source: dict[str, str] = {}
     sampled = set(store.list_series(cluster=cluster, metric="gpu_capacity")[SERIES_ID])

@@ -20,6 +20,7 @@ from prism.schema import SERIES_ID, split_series_id
 from prism.usecases.capacity import (
     ALLOCATED,
     DEMAND_METRICS,
+    capacities_at,
     plan_cluster_capacity,
     planned_series,
 )
@@ -193,8 +194,8 @@ def _report_data(
         scopes = _scope_sections(store, plan, forecasts)
         tick(f"{cluster}: history and breakdown")
         planning, by_series, note = _report_planning(store, plan)
-        record_of = cluster_track_record(store, cluster,
-                                         partition(r.scope for r in plan.rows).scopes)
+        record_of = cluster_track_record(store, cluster, partition(
+            (r.scope for r in plan.rows), {r.scope: r.capacity for r in plan.rows}).scopes)
         tick(f"{cluster}: planning backtest")
         sections.append(ClusterSection(cluster=cluster, plan=plan, scopes=scopes,
                                        planning=planning, planning_by_series=by_series,
@@ -282,7 +283,7 @@ def _report_planning(store: Store, plan: CapacityPlan
     from prism.forecasters import get_forecaster
     from prism.reports.tables import partition
 
-    part = partition(r.scope for r in plan.rows)
+    part = partition((r.scope for r in plan.rows), {r.scope: r.capacity for r in plan.rows})
     ids = [r.series_id for r in plan.rows if r.scope in part.scopes]
     panel = store.load_panel(ids)
     day = 86_400
@@ -344,7 +345,9 @@ def track_record(store: Store, cluster: str) -> TrackRecord:
         there = sorted(set(store.list_series(metric="gpus_in_use")["cluster"]))
         raise SeriesNotFound(f"no gpus_in_use series for cluster {cluster!r}; the store has "
                              f"them for {', '.join(map(repr, there)) or 'no cluster'}")
-    return cluster_track_record(store, cluster, partition(scopes.astype(str)).scopes)
+    names = [str(s) for s in scopes]
+    return cluster_track_record(store, cluster, partition(
+        names, capacities_at(store, cluster, names, None)[0]).scopes)
 
 
 def cluster_track_record(store: Store, cluster: str, scopes: Sequence[str]) -> TrackRecord:
