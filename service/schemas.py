@@ -620,7 +620,8 @@ class TrackRecordOut(BaseModel):
 
     cluster: str
     note: str = Field(description="what the record covers, or why it is empty")
-    scopes: list[str] = Field(description="the partition the totals add up (VCs, else all)")
+    scopes: list[str] = Field(description="the partition the totals add up (VCs, else all; "
+                              "all where the VCs share GPUs)")
     plans_recorded: int
     plans_scored: int = Field(description="plan rows whose window has ended and is stored")
     next_end: UtcTime | None = Field(description="the end of the first plan not scored yet")
