@@ -12,7 +12,10 @@ that differ map with ``--map FIELD=COLUMN``; known ones are read as they are:
   default partition's ``*`` dropped) and a ``gres`` column such as ``gpu:a100:8(S:0-1)`` gives
   the GPUs and their type (``gpu:8``: no type; ``(null)``: none; several ``gpu`` entries of
   one node: one row per type). ``sinfo`` without ``-N`` lists node ranges (``gpu[01-04]``),
-  which are refused: their GPUs would count once.
+  which are refused: their GPUs would count once;
+- Kubernetes' ``kubectl get nodes -o custom-columns=NODE:...,GPUS:...,GPU_TYPE:...,POOL:...``
+  (fields separated by runs of spaces; ``<none>``, a node without the field, is no GPUs in the
+  count and empty elsewhere; ``pool`` or ``nodepool`` is the scope).
 
 Stored as capacity rows (what ``capacity-csv`` stores), the GPUs summed per GPU type: for the
 cluster (scope ``all``, one row per type, which the planner adds up), for each type's scope
@@ -51,8 +54,9 @@ _FIELDS = ("node", "gpus", "gpu_type", "scope", "cluster", "gres")
 #: Column names other inventories use (matched without case), read when the canonical one is
 #: absent and not mapped.
 _ALIASES = {"node": ("sn", "name", "hostname", "nodelist", "nodename"),
-            "gpus": ("gpu", "num_gpus"), "gpu_type": ("model", "gpu_model"),
-            "scope": ("partition",), "gres": ("gres",)}
+            "gpus": ("gpu", "num_gpus"),
+            "gpu_type": ("model", "gpu_model", "type", "product", "gpu_product"),
+            "scope": ("partition", "pool", "nodepool"), "gres": ("gres",)}
 #: One ``gpu`` entry of a Slurm GRES string: ``gpu:8``, ``gpu:a100:8``, ``gpu:a100:8(S:0-1)``.
 _GRES_GPU = re.compile(r"(?:^|,)\s*gpu(?::([^:(),]+))?:(\d+)\s*(?:\([^)]*\))?")
 _GRES_ENTRY = re.compile(r"[^,(]+(?:\([^)]*\))?")
@@ -65,12 +69,14 @@ class NodeListAdapter(Adapter):
     name = "node-list"
     kind = "capacity"
     description = ("one row per node: node, gpus, gpu_type [, scope, cluster]: installed GPUs "
-                   "(Alibaba v2023 node list, Slurm sinfo -N -o \"%N|%P|%G\")")
+                   "(Alibaba v2023 node list, Slurm sinfo -N -o \"%N|%P|%G\", kubectl get "
+                   "nodes -o custom-columns)")
 
     def read(self, path: Path, options: IngestOptions) -> Batch:
         """Read a node list; see the module docstring."""
         frame = _read(path)
         columns = _columns(options, list(frame.columns))
+        frame = _no_value(frame, columns)
         _require(path, frame, columns, options)
         checker = RowChecker(path, frame, options.on_error)
         node = frame[columns["node"]].astype(object)
@@ -102,14 +108,52 @@ class NodeListAdapter(Adapter):
 
 def _read(path: Path) -> pd.DataFrame:
     """The file, separated by commas or, where its header has none, by ``|``, tabs or ``;``
-    (``sinfo -o "%N|%P|%G"``; GRES strings hold commas)."""
+    (``sinfo -o "%N|%P|%G"``; GRES strings hold commas), else by runs of spaces (``kubectl
+    get nodes -o custom-columns=...``; :func:`_no_value` reads its ``<none>``)."""
     delimiter = ","
     if path.suffix.lower() not in (".parquet", ".pq"):
-        header = read_bytes(path).split(b"\n", 1)[0].decode("utf-8", "replace")
+        data = read_bytes(path)
+        header = data.split(b"\n", 1)[0].decode("utf-8", "replace").lstrip("\ufeff")
         if "," not in header:
             delimiter = next((d for d in ("|", "\t", ";") if d in header), ",")
+            if delimiter == "," and len(header.split()) > 1:
+                return _columns_by_spaces(path, data)
     frame = read_table(path, delimiter=delimiter)
     frame.columns = [c if c == LINE else str(c).strip() for c in frame.columns]
+    return frame
+
+
+def _columns_by_spaces(path: Path, data: bytes) -> pd.DataFrame:
+    """A table whose fields are separated by runs of spaces, with ``_line``; a row with more or
+    fewer fields than the header is named."""
+    lines = data.decode("utf-8", "replace").lstrip("\ufeff").splitlines()
+    header = lines[0].split()
+    rows, numbers = [], []
+    for number, text in enumerate(lines[1:], start=2):
+        fields = text.split()
+        if not fields:
+            continue
+        if len(fields) != len(header):
+            raise IngestError(
+                f"line {number}: {len(fields)} field(s) where the header has {len(header)}",
+                path=str(path), fix="separate the fields by spaces, with no space inside a "
+                "field (kubectl get nodes -o custom-columns=... writes them so)")
+        rows.append(fields)
+        numbers.append(number)
+    frame = pd.DataFrame(rows, columns=header, dtype=object)
+    frame[LINE] = np.asarray(numbers, dtype=np.int64)
+    return frame
+
+
+def _no_value(frame: pd.DataFrame, columns: dict[str, str]) -> pd.DataFrame:
+    """kubectl's ``<none>`` (a field the node lacks): no GPUs in the GPU count, empty
+    elsewhere."""
+    for name in frame.columns:
+        if name == LINE or frame[name].dtype != object:
+            continue
+        none = frame[name].astype(str).str.strip().eq("<none>")
+        if none.any():
+            frame[name] = frame[name].where(~none, "0" if name == columns["gpus"] else None)
     return frame
 
 

@@ -142,3 +142,27 @@ def test_bad_sinfo_rows_are_named(tmp_path: Path, capsys: pytest.CaptureFixture[
     err = capsys.readouterr().err
     assert "node 'gpu01' has different GPUs on lines 2, 3" in err
     assert "line 4, column 'GRES': a gpu entry without a count" in err
+
+
+KUBECTL = ("NODE        GPUS     GPU_TYPE                 POOL\n"
+           "gke-a-1     8        NVIDIA-H100-80GB-HBM3    train\n"
+           "gke-a-2     8        NVIDIA-H100-80GB-HBM3    train\n"
+           "gke-b-1     1        NVIDIA-L4                serve\n"
+           "gke-cpu-1   <none>   <none>                   default\n")
+
+
+def test_kubectl_custom_columns_read_as_they_are(tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    path, db = tmp_path / "nodes.txt", tmp_path / "prism.duckdb"
+    path.write_text(KUBECTL)
+    assert _ingest(db, path, "--cluster", "gke") == 0
+    assert "from 4 nodes, 3 with GPUs: 17 GPUs of 2 type(s)" in capsys.readouterr().out
+    scopes = ["all", "gpu:NVIDIA-H100-80GB-HBM3", "gpu:NVIDIA-L4", "train", "serve", "default"]
+    with usecases.open_store(db) as store:
+        gpus, _ = capacities_at(store, "gke", scopes, None)
+    assert gpus == {"all": 17.0, "gpu:NVIDIA-H100-80GB-HBM3": 16.0, "gpu:NVIDIA-L4": 1.0,
+                    "train": 16.0, "serve": 1.0}
+    ragged = tmp_path / "ragged.txt"
+    ragged.write_text(KUBECTL + "gke-c-1   2   NVIDIA L4   serve\n")
+    assert _ingest(db, ragged, "--cluster", "gke") == 1
+    assert "line 6: 5 field(s) where the header has 4" in capsys.readouterr().err
