@@ -84,6 +84,10 @@ __all__ = [
     "reservation_load", "shared_vcs",
 ]
 
+#: A scope told to release GPUs that used under this share of them recently gets a check in
+#: its reason: a sampled trace against the whole cluster's node list looks like this.
+_BARELY = 0.05
+
 logger = logging.getLogger(__name__)
 
 FloatArray = npt.NDArray[np.float64]
@@ -766,6 +770,12 @@ def plan_capacity(
             record["reason"] += (f"; the advice is the net of the VCs' plans (they need "
                                  f"{sum(r['gpus_needed'] for r in vcs):,.1f} of "
                                  f"{sum(r['capacity'] for r in vcs):,.1f} GPUs)")
+        used = (recent_peak or {}).get(record["scope"])
+        if a.release_gpus and used is not None and used < _BARELY * record["capacity"]:
+            record["reason"] += (f"; it used at most {used / record['capacity']:.1%} of its "
+                                 f"GPUs over recent history: check that the capacity and the "
+                                 "jobs describe the same GPUs (a sampled trace, or nodes of "
+                                 "another cluster?) before releasing")
         rows.append(CapacityRow(**record, action=a.action, add_gpus=a.add_gpus,
                                 lend_gpus=a.lend_gpus, release_gpus=a.release_gpus,
                                 borrow_gpus=a.borrow_gpus, net_gpus=a.net_gpus,

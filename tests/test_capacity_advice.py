@@ -233,3 +233,19 @@ def test_the_cli_the_api_and_the_report_give_one_set_of_numbers(
     assert body["moves"] and body["moves"][0]["from_scope"] == "vc-b"
     assert api_rows["vc-a"]["net_gpus"] + api_rows["vc-b"]["net_gpus"] == \
         api_rows["all"]["net_gpus"]
+
+
+def test_a_release_of_almost_every_gpu_asks_to_check_the_inputs() -> None:
+    """Alibaba's pod list is a sample of its cluster's work; against the whole node list the
+    plan releases 99 % of the GPUs, and says what to check first."""
+    ts = pd.date_range("2026-01-12", periods=144, freq="10min")
+    forecast = pd.DataFrame({SERIES_ID: "ali/all/gpus_in_use", "ts": ts, "model": "hand",
+                             "mean": 50.0, "p95": 51.0})
+    plan = plan_capacity(forecast, {"all": 6212.0}, quantile=0.95, freq_s=600,
+                         recent_peak={"all": 51.0})
+    [row] = plan.rows
+    assert row.action == "release" and row.release_gpus == 6161
+    assert "it used at most 0.8% of its GPUs over recent history" in row.reason
+    busy = plan_capacity(forecast, {"all": 600.0}, quantile=0.95, freq_s=600,
+                         recent_peak={"all": 51.0})
+    assert busy.rows[0].action == "release" and "used at most" not in busy.rows[0].reason
