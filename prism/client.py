@@ -21,7 +21,7 @@ import os
 import random
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -171,6 +171,7 @@ class IngestResult:
         changed_series: series whose data changed.
         files: per file: ``name, status, rows, rejected, note`` (``note``: what the rows
             stand for where it is not one per input row).
+        notes: what to know about the result (a capacity for a cluster without series).
     """
 
     status: str
@@ -179,6 +180,7 @@ class IngestResult:
     clusters: list[str]
     changed_series: int
     files: list[dict[str, Any]]
+    notes: list[str] = field(default_factory=list)
 
 
 class PrismClient:
@@ -431,7 +433,7 @@ class PrismClient:
         data = self._request("POST", "/v1/ingest", params=query, **body).json()
         return IngestResult(status=data["status"], rows=data["rows"], rejected=data["rejected"],
                             clusters=data["clusters"], changed_series=data["changed_series"],
-                            files=data["files"])
+                            files=data["files"], notes=list(data.get("notes", [])))
 
     # -- transport -----------------------------------------------------------------------------
     def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:

@@ -704,3 +704,6 @@ class IngestOut(BaseModel):
     changed_series: int = Field(description="series whose data changed (cache dropped)")
     scored_points: int = Field(description="served forecast points scored against the "
                                "new data (rolling error in /metrics)")
+    notes: list[str] = Field(default_factory=list, description="what to know about the result, "
+                             "e.g. a capacity for a cluster without series (a misspelt "
+                             "cluster?)")

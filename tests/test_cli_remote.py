@@ -128,6 +128,19 @@ def test_ingest_with_map_and_option_goes_through_the_api(
     assert bad.value.status == 422 and "did you mean 'on_error'?" in str(bad.value)
 
 
+def test_a_node_list_goes_through_the_api_with_its_notes(
+        served: tuple[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db, _ = served
+    nodes = tmp_path / "sinfo.txt"
+    nodes.write_text("NODELIST|PARTITION|GRES\nn1|gpu*|gpu:v100:8(S:0-1)\n")
+    assert main(["--db", db, "ingest", str(nodes), "--format", "node-list", "--cluster",
+                 "cluster-O"]) == 0
+    shown = capsys.readouterr()
+    assert "(capacity per GPU type from 1 nodes, 1 with GPUs: 8 GPUs of 1 type(s))" in shown.out
+    assert "note: cluster 'cluster-O' has no series yet" in shown.err
+    assert "did you mean 'cluster-0'?" in shown.err
+
+
 def test_capacity_forecast_refit_report_and_export(
         served: tuple[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     db, _ = served

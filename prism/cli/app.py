@@ -110,6 +110,8 @@ def _print_ingest(args: argparse.Namespace, report: IngestReport,
         f"{report.series} series in {', '.join(report.clusters) or 'no changed cluster'} "
         f"(store {args.db})"
     )
+    for note in report.notes:
+        _err.print(f"note: {note}", markup=False)
 
 
 def _cmd_series_list(args: argparse.Namespace) -> int:

@@ -128,6 +128,8 @@ def run_ingest(args: argparse.Namespace, info: ServerInfo) -> int:
                 f"{result.rows:,} rows{what}" + (f", {result.rejected:,} rejected"
                                                  if result.rejected else ""))
             out.print(f"{spool.name(str(path))}: {note}", markup=False)
+            for text in result.notes:
+                err.print(f"note: {text}", markup=False)
             clusters = sorted({*clusters, *result.clusters})
     out.print(f"{rows:,} rows added, {rejected:,} rejected; "
               f"{', '.join(clusters) or 'no changed cluster'} (through {info.url})")

@@ -8,6 +8,7 @@ result) was ingested before is skipped: re-ingesting is a no-op.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import logging
 import time
@@ -77,6 +78,8 @@ class IngestReport:
     series: int = 0
     #: seconds spent per stage: read (parse and check), write (insert), derive (series)
     timings: dict[str, float] = field(default_factory=dict)
+    #: what the user should know about the result (a capacity for a cluster without series)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def rows(self) -> int:
@@ -87,6 +90,27 @@ class IngestReport:
     def rejected(self) -> int:
         """Rows rejected by the run."""
         return sum(f.rejected for f in self.files)
+
+
+def _clusters_without_series(store: Store, clusters: Sequence[str]) -> list[str]:
+    """A note per ingested cluster that has no series (only a capacity, so far), naming the
+    store's clusters with series that its name is close to: a misspelt --cluster otherwise
+    leaves a capacity no plan reads."""
+    rows = store.fetch_all(
+        "SELECT cluster, count(*) FROM series GROUP BY cluster ORDER BY cluster")
+    known = {str(c): int(n) for c, n in rows}
+    notes = []
+    for cluster in clusters:
+        if known.get(cluster):
+            continue
+        others = sorted(known)
+        close = difflib.get_close_matches(cluster, others, n=2, cutoff=0.6)
+        notes.append(
+            f"cluster {cluster!r} has no series yet: its capacity waits for its jobs or samples"
+            + (f"; did you mean {' or '.join(map(repr, close))}? (ingest again with that "
+               "--cluster)" if close else
+               f"; the store's clusters with series: {', '.join(others)}" if others else ""))
+    return notes
 
 
 def content_hash(path: Path, fmt: str, options: IngestOptions, identity: str = "") -> str:
@@ -254,6 +278,7 @@ def _ingest(
             "SELECT count(*) FROM series WHERE list_contains(?, cluster)", [report.clusters]
         )
         report.series = int(row[0]) if row else 0
+        report.notes = _clusters_without_series(store, report.clusters)
     _warn_unchanged(store, report, freq, fill)
     if touched:
         _warn_filled(store, report.clusters)

@@ -62,7 +62,7 @@ async def ingest(q: Annotated[IngestQuery, Query()], request: Request,
                              note=f.note)
                for f in report.files],
         clusters=report.clusters, series=report.series, changed_series=len(outcome.changed),
-        scored_points=outcome.scored)
+        scored_points=outcome.scored, notes=report.notes)
 
 
 async def _read_body(request: Request, filename: str | None

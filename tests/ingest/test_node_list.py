@@ -166,3 +166,19 @@ def test_kubectl_custom_columns_read_as_they_are(tmp_path: Path,
     ragged.write_text(KUBECTL + "gke-c-1   2   NVIDIA L4   serve\n")
     assert _ingest(db, ragged, "--cluster", "gke") == 1
     assert "line 6: 5 field(s) where the header has 4" in capsys.readouterr().err
+
+
+def test_a_node_list_for_a_misspelt_cluster_is_noted(tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    db = tmp_path / "prism.duckdb"
+    samples = tmp_path / "samples.csv"
+    samples.write_text("series_id,ts,value\nhpc/all/gpus_in_use,2026-03-01T00:00:00,4\n"
+                       "hpc/all/gpus_in_use,2026-03-01T00:10:00,5\n")
+    assert main(["--db", str(db), "ingest", str(samples), "--format", "long-csv"]) == 0
+    nodes = tmp_path / "sinfo.txt"
+    nodes.write_text(SINFO)
+    assert _ingest(db, nodes, "--cluster", "hcp") == 0
+    err = capsys.readouterr().err
+    assert "note: cluster 'hcp' has no series yet" in err and "did you mean 'hpc'?" in err
+    assert _ingest(db, nodes, "--cluster", "hpc") == 0
+    assert "note:" not in capsys.readouterr().err

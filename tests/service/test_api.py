@@ -339,6 +339,12 @@ def test_a_node_list_is_ingested_as_capacity(client: TestClient) -> None:
     body = done.json()
     assert body["rows"] == 4  # all (A100, T4), gpu:A100, gpu:T4
     assert "from 3 nodes, 3 with GPUs: 20 GPUs of 2 type(s)" in body["files"][0]["note"]
+    # no series of lab yet: said, with the store's clusters that have some
+    assert body["notes"] == ["cluster 'lab' has no series yet: its capacity waits for its jobs "
+                             "or samples; the store's clusters with series: cluster-0"]
+    near = client.post("/v1/ingest", params={"format": "node-list", "cluster": "cluster-O"},
+                       files={"file": ("nodes.csv", nodes.encode())}).json()
+    assert "did you mean 'cluster-0'?" in near["notes"][0]
     twice = client.post("/v1/ingest", params={"format": "node-list", "cluster": "lab2"},
                         files={"file": ("nodes.csv", (nodes + "n1,64000,8,A100\n").encode())})
     assert twice.status_code == 422
