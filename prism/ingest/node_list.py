@@ -99,7 +99,7 @@ class NodeListAdapter(Adapter):
         good, rejects = checker.finish()
         nodes = nodes[nodes[LINE].isin(set(good[LINE].tolist()))]
         installed = nodes[nodes["gpus"] > 0].drop_duplicates(["node", "gpu_type"])
-        note = (f"capacity per GPU type from {node.nunique():,} nodes, "
+        note = (f"capacity per GPU type from {nodes['node'].nunique():,} nodes, "
                 f"{installed['node'].nunique():,} with GPUs: {installed['gpus'].sum():,.0f} "
                 f"GPUs of {installed['gpu_type'].fillna('unknown').nunique()} type(s)")
         return Batch(kind="capacity", frame=_capacity(nodes), source=self.name,
