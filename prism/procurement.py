@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from prism.capacity import shared_vcs
 from prism.errors import ConfigError, DataContractError
 from prism.schema import ALL_SCOPE, SERIES_ID, TS, VALUE, split_series_id
 
@@ -288,6 +289,7 @@ def plan_procurement(
     start = last_day + DAY
     end = start + horizon_days * DAY
     ahead = np.arange(1, horizon_days + 1, dtype=np.float64)
+    shared = shared_vcs(capacity) is not None
     rows, frames = [], []
     for sid in ids:
         cluster, scope, _ = split_series_id(sid)
@@ -321,7 +323,7 @@ def plan_procurement(
         peak = float(projected.max())
         exceeds = _exceeds_on(trend, x_now, margin, growth, cap, last_day)
         needed = 0 if cap is None else max(0, math.ceil(peak - cap - _EPS))
-        action, text = _advice(scope, cap, needed, peak, exceeds, end)
+        action, text = _advice(scope, cap, needed, peak, exceeds, end, shared=shared)
         reason = (f"daily level (peak in use + mean queue) over {len(mine)} days "
                   f"{mine['day'].iloc[0]:%Y-%m-%d} to {last_day:%Y-%m-%d}: Theil-Sen trend "
                   f"{trend.slope:+,.2f} GPUs/day ({CONFIDENCE:.0%} interval "
@@ -371,8 +373,10 @@ def _exceeds_on(trend: Trend, x_now: float, margin: float, growth: float, cap: f
 
 
 def _advice(scope: str, cap: float | None, needed: int, peak: float,
-            exceeds: pd.Timestamp | None, end: pd.Timestamp) -> tuple[str, str]:
-    """The action and its words (``buy`` only for the cluster)."""
+            exceeds: pd.Timestamp | None, end: pd.Timestamp, *, shared: bool = False
+            ) -> tuple[str, str]:
+    """The action and its words (``buy`` only for the cluster; ``shared``: the VCs share
+    GPUs, so no VC's need is met by moves from the others)."""
     last = f"{end - DAY:%Y-%m-%d}"
     if cap is None:
         return "unknown", ("capacity unknown: pass --capacity FILE or ingest a capacity-csv "
@@ -383,9 +387,10 @@ def _advice(scope: str, cap: float | None, needed: int, peak: float,
             return "buy", (f"at this trend, the cluster needs +{needed} GPUs by {by} (buy "
                            f"{needed}: the projected peak {peak:,.1f} to {last} against "
                            f"{cap:,.0f})")
+        how = ("it shares its GPUs with other VCs, so it grows only with the nodes it "
+               "shares" if shared else "moves from other VCs first, the cluster buys the rest")
         return "needs", (f"at this trend, {scope} needs +{needed} GPUs by {by} (the projected "
-                         f"peak {peak:,.1f} to {last} against {cap:,.0f}; moves from other VCs "
-                         "first, the cluster buys the rest)")
+                         f"peak {peak:,.1f} to {last} against {cap:,.0f}; {how})")
     text = f"no purchase: the projected peak {peak:,.1f} stays within {cap:,.0f} GPUs to {last}"
     if exceeds is not None:
         text += f" (at this trend exceeded from {exceeds:%Y-%m-%d})"

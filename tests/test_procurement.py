@@ -114,6 +114,21 @@ def test_a_flat_noisy_series_buys_nothing() -> None:
     assert row.projected_peak is not None and row.projected_peak < 70
 
 
+def test_a_vc_that_shares_its_gpus_is_not_promised_moves() -> None:
+    days = pd.date_range("2026-01-01", periods=28, freq="D")
+    ramp = np.linspace(10.0, 20.0, len(days))
+    daily = pd.concat([pd.DataFrame({"series_id": f"c/{s}/gpus_in_use", "day": days,
+                                     "level": ramp}) for s in ("train", "debug")])
+    split = {r.scope: r for r in plan_procurement(
+        daily, {"all": 32.0, "train": 16.0, "debug": 16.0}, horizon_days=30).rows}
+    assert split["train"].action == "needs" and "moves from other VCs" in split["train"].text
+    # the same two partitions over the same 16 GPUs
+    shared = {r.scope: r for r in plan_procurement(
+        daily, {"all": 16.0, "train": 16.0, "debug": 16.0}, horizon_days=30).rows}
+    assert shared["train"].action == "needs"
+    assert "moves" not in shared["train"].text and "shares its GPUs" in shared["train"].text
+
+
 def test_too_little_history_says_so() -> None:
     days = pd.date_range("2026-01-01", periods=4, freq="D")
     daily = pd.DataFrame({"series_id": "c/v/gpus_in_use", "day": days, "level": 1.0})
