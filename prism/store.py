@@ -511,6 +511,8 @@ class Store:
 
         A node list (``node-list``) is a snapshot of the whole cluster: of its rows only the
         newest node list's count, so a GPU type or scope it no longer lists has none left.
+        Where a scope has rows of both a node list and capacity tables, those of the source
+        ingested last count (the two would otherwise add up the same GPUs).
 
         Returns:
             The sum over GPU types, or ``None`` when the store has no capacity for the scope.
@@ -518,15 +520,20 @@ class Store:
         row = self.fetch_one(
             """WITH nodes AS (
                    SELECT max(c.ingest_id) AS newest FROM capacity c JOIN ingests i
-                   USING (ingest_id) WHERE i.format = 'node-list' AND c.cluster = ?)
-               SELECT sum(gpus), count(*) FROM (
-                   SELECT gpus FROM capacity c JOIN ingests i USING (ingest_id), nodes
+                   USING (ingest_id) WHERE i.format = 'node-list' AND c.cluster = ?),
+               mine AS (
+                   SELECT c.gpus, c.gpu_type, c.valid_from, c.ingest_id,
+                          i.format = 'node-list' AS from_nodes
+                   FROM capacity c JOIN ingests i USING (ingest_id), nodes
                    WHERE c.cluster = ? AND c.scope = ?
                      AND (i.format <> 'node-list' OR c.ingest_id = nodes.newest)
-                     AND (valid_from IS NULL OR ?::TIMESTAMP IS NULL OR valid_from <= ?)
+                     AND (c.valid_from IS NULL OR ?::TIMESTAMP IS NULL OR c.valid_from <= ?)),
+               source AS (SELECT from_nodes FROM mine ORDER BY ingest_id DESC LIMIT 1)
+               SELECT sum(gpus), count(*) FROM (
+                   SELECT gpus FROM mine, source WHERE mine.from_nodes = source.from_nodes
                    QUALIFY row_number() OVER (PARTITION BY gpu_type
                                               ORDER BY valid_from DESC NULLS LAST,
-                                                       c.ingest_id DESC) = 1)""",
+                                                       ingest_id DESC) = 1)""",
             [cluster, cluster, scope, at, at],
         )
         return None if row is None or not row[1] else float(row[0])

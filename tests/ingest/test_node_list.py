@@ -182,3 +182,21 @@ def test_a_node_list_for_a_misspelt_cluster_is_noted(tmp_path: Path,
     assert "note: cluster 'hcp' has no series yet" in err and "did you mean 'hpc'?" in err
     assert _ingest(db, nodes, "--cluster", "hpc") == 0
     assert "note:" not in capsys.readouterr().err
+
+
+def test_a_node_list_and_a_capacity_table_do_not_add_up_the_same_gpus(tmp_path: Path) -> None:
+    db = tmp_path / "prism.duckdb"
+    table, nodes = tmp_path / "capacity.csv", tmp_path / "nodes.csv"
+    table.write_text("cluster,scope,gpus\nlab,all,32\nlab,vc1,32\n")
+    nodes.write_text("node,gpus,gpu_type\nn1,8,A100\nn2,8,A100\nn3,8,A100\n")
+    assert main(["--db", str(db), "ingest", str(table), "--format", "capacity-csv"]) == 0
+    assert _ingest(db, nodes, "--cluster", "lab") == 0
+    with usecases.open_store(db) as store:
+        gpus, _ = capacities_at(store, "lab", ["all", "vc1", "gpu:A100"], None)
+    # the node list came last: all is its 24 GPUs, not 32 + 24; vc1 has only the table's row
+    assert gpus == {"all": 24.0, "vc1": 32.0, "gpu:A100": 24.0}
+    newer = tmp_path / "capacity2.csv"
+    newer.write_text("cluster,scope,gpus\nlab,all,40\n")
+    assert main(["--db", str(db), "ingest", str(newer), "--format", "capacity-csv"]) == 0
+    with usecases.open_store(db) as store:
+        assert capacities_at(store, "lab", ["all"], None)[0] == {"all": 40.0}
