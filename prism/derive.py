@@ -48,8 +48,6 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_FREQ = "10min"
 
-# Characters allowed in a series id segment; others in scope names become '_'.
-_BAD_CHARS = SCOPE_BAD_CHARS
 
 # One statement for all clusters being derived: the per-cluster bucket size (f) and window
 # [w0, w1) come in as parallel lists, in microseconds.
@@ -102,12 +100,12 @@ scoped AS (
            sum(pp) AS pp, sum(ns) AS ns, sum(gs) AS gs
     FROM agg GROUP BY ALL
     UNION ALL
-    SELECT a.cluster, coalesce(regexp_replace(scope, '{_BAD_CHARS}', '_', 'g'), 'unassigned'),
+    SELECT a.cluster, coalesce(regexp_replace(scope, '{SCOPE_BAD_CHARS}', '_', 'g'), 'unassigned'),
            k, sum(du), sum(pu), sum(dp), sum(pp), sum(ns), sum(gs)
     FROM agg a JOIN params p ON a.cluster = p.cluster WHERE by_scope GROUP BY ALL
     UNION ALL
     SELECT a.cluster,
-           'gpu:' || coalesce(regexp_replace(gpu_type, '{_BAD_CHARS}', '_', 'g'), 'unknown'),
+           'gpu:' || coalesce(regexp_replace(gpu_type, '{SCOPE_BAD_CHARS}', '_', 'g'), 'unknown'),
            k, sum(du), sum(pu), sum(dp), sum(pp), sum(ns), sum(gs)
     FROM agg a JOIN params p ON a.cluster = p.cluster WHERE by_type GROUP BY ALL
 ),

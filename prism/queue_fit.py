@@ -36,13 +36,13 @@ from prism.schema import (
 if TYPE_CHECKING:
     from prism.store import Store
 
-_BAD_CHARS = SCOPE_BAD_CHARS
 _EPS = 1e-9
 
 _QUEUED_SQL = f"""
 WITH q AS (
-    SELECT coalesce(regexp_replace(scope, '{_BAD_CHARS}', '_', 'g'), '{UNASSIGNED_SCOPE}') AS vc,
-           coalesce(regexp_replace(gpu_type, '{_BAD_CHARS}', '_', 'g'), 'unknown') AS gpu,
+    SELECT coalesce(regexp_replace(scope, '{SCOPE_BAD_CHARS}', '_', 'g'),
+                    '{UNASSIGNED_SCOPE}') AS vc,
+           coalesce(regexp_replace(gpu_type, '{SCOPE_BAD_CHARS}', '_', 'g'), 'unknown') AS gpu,
            num_gpus,
            greatest(submit_ts, ?::TIMESTAMP) AS q0,
            least(coalesce(CASE WHEN start_ts <= ? THEN start_ts END,

@@ -92,13 +92,10 @@ class IngestReport:
         return sum(f.rejected for f in self.files)
 
 
-def _clusters_without_series(store: Store, clusters: Sequence[str]) -> list[str]:
+def _clusters_without_series(known: Mapping[str, int], clusters: Sequence[str]) -> list[str]:
     """A note per ingested cluster that has no series (only a capacity, so far), naming the
-    store's clusters with series that its name is close to: a misspelt --cluster otherwise
-    leaves a capacity no plan reads."""
-    rows = store.fetch_all(
-        "SELECT cluster, count(*) FROM series GROUP BY cluster ORDER BY cluster")
-    known = {str(c): int(n) for c, n in rows}
+    store's clusters with series (``known``: cluster -> series) that its name is close to: a
+    misspelt --cluster otherwise leaves a capacity no plan reads."""
     notes = []
     for cluster in clusters:
         if known.get(cluster):
@@ -274,11 +271,10 @@ def _ingest(
     logger.info("ingest: read %.2fs, write %.2fs, derive %.2fs", *report.timings.values())
     report.clusters = sorted(touched)
     if touched:
-        row = store.fetch_one(
-            "SELECT count(*) FROM series WHERE list_contains(?, cluster)", [report.clusters]
-        )
-        report.series = int(row[0]) if row else 0
-        report.notes = _clusters_without_series(store, report.clusters)
+        counts = {str(c): int(n) for c, n in store.fetch_all(
+            "SELECT cluster, count(*) FROM series GROUP BY cluster ORDER BY cluster")}
+        report.series = sum(counts.get(c, 0) for c in report.clusters)
+        report.notes = _clusters_without_series(counts, report.clusters)
     _warn_unchanged(store, report, freq, fill)
     if touched:
         _warn_filled(store, report.clusters)
