@@ -110,7 +110,7 @@ bench-accuracy: $(STAMP)
 # switch and gbm against the last value (evaluation/results/shapes.md). About 25 minutes on
 # one core.
 bench-shapes: $(STAMP)
-	$(BIN)/python -m evaluation.benchmarks.shapes --models gbm,prism,prism-fresh_jumps
+	$(BIN)/python -m evaluation.benchmarks.shapes --models gbm,prism,prism-hold_gate
 
 # Queued GPUs, submissions and capacity as features of the global learners (gbm, and PRISM's
 # gbm candidate), each against itself without them, on both weeks of the accuracy benchmark

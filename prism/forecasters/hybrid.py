@@ -55,7 +55,9 @@ The switches ``use_primitives``, ``use_spectral``, ``use_rnn`` and ``use_jumps``
 candidates for ablations, and ``use_redirect`` turns on the redirects above; the parts that
 did not earn their keep on the accuracy benchmark are off by default (see the README).
 Where a series' values move in steps of one size (whole GPUs, replicas, counts), a
-forecast less than half a step from the last value is the last value (``use_snap``).
+forecast less than half a step from the last value is the last value (``use_snap``), and
+a value that held exactly still is held through the horizon blocks its like held through
+(``use_hold_gate``, :mod:`prism.forecasters.hold`).
 Everything is learned on the series but its calibration tail (see
 :mod:`prism.forecasters.base`), so the combiner and the conformal quantiles are out of sample.
 """
@@ -73,6 +75,7 @@ import numpy.typing as npt
 
 from prism.errors import ConfigError, DataContractError
 from prism.forecasters.base import BaseForecaster, FloatArray
+from prism.forecasters.hold import hold_steps
 from prism.forecasters.paths import (
     cycled,
     primitive_paths,
@@ -233,6 +236,9 @@ class PrismForecaster(BaseForecaster):
             (:data:`~prism.forecasters.stacking.FLOOR_ONE_STEP`); without it, windows where
             the last value was right by chance shrink every weight towards it (see
             `evaluation/README.md`).
+        use_hold_gate: in a series without a cycle whose last value has held exactly still,
+            the forecast holds it through the last horizon block that at least 15 % of the
+            series' past runs as long went on holding (:mod:`~prism.forecasters.hold`).
         combiner: ``"stacked"`` (meta-learner across the panel, the last value as prior) or
             ``"recent"`` (per-series weights from the last ``combiner_window``).
         stack_window: the tail of each series whose origins train the stacker (at most a
@@ -270,6 +276,7 @@ class PrismForecaster(BaseForecaster):
         use_cycle_gate: bool = True,
         use_fresh_jumps: bool = True,
         use_short_floor: bool = True,
+        use_hold_gate: bool = True,
         combiner: str = "stacked",
         stack_window: str = "4d",
         combiner_window: str = "4d",
@@ -297,6 +304,7 @@ class PrismForecaster(BaseForecaster):
         self.use_cycle_gate = use_cycle_gate
         self.use_fresh_jumps = use_fresh_jumps
         self.use_short_floor = use_short_floor
+        self.use_hold_gate = use_hold_gate
         self.combiner = combiner
         self.stack_window = stack_window
         self.combiner_window = combiner_window
@@ -313,7 +321,8 @@ class PrismForecaster(BaseForecaster):
     #: values, which say what it does (it was fitted without them).
     _ADDED_PARAMS: dict[str, Any] = {"use_redirect": False, "use_week": False,
                                      "use_snap": False, "use_cycle_gate": False,
-                                     "use_fresh_jumps": False, "use_short_floor": False}
+                                     "use_fresh_jumps": False, "use_short_floor": False,
+                                     "use_hold_gate": False}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update({**self._ADDED_PARAMS, **state})
@@ -733,6 +742,9 @@ class PrismForecaster(BaseForecaster):
             # saved before the quantum existed reads 0: no snapping
             half = 0.5 * getattr(self.state_[series_id], "quantum", 0.0)
             moved = np.where(np.abs(moved) < half, 0.0, moved)
+            if self.use_hold_gate and not (state.periodic or state.repeats):
+                hold = hold_steps(history, ends, steps, edges=self._block_edges(steps))
+                moved = np.where(np.arange(steps)[None, :] < hold[:, None], 0.0, moved)
             return np.asarray(last[:, None] + moved, dtype=np.float64)
         return self._recent_combination(series_id, history, ends, steps)
 

@@ -340,7 +340,8 @@ def test_a_model_saved_before_the_week_and_the_snap_loads_as_it_was() -> None:
                       + rng.normal(0, 2, 144 * 10))
     model = PrismForecaster(**NO_RNN).fit(_panel({"c/all/gpus_in_use": values}))
     old = pickle.loads(pickle.dumps(model))
-    added = ("use_week", "use_snap", "use_cycle_gate", "use_fresh_jumps", "use_short_floor")
+    added = ("use_week", "use_snap", "use_cycle_gate", "use_fresh_jumps", "use_short_floor",
+             "use_hold_gate")
     for name in added:
         del old.__dict__[name]
     for name in ("quantum", "repeats"):
