@@ -41,7 +41,9 @@ table gives the real panels.
 hours apart, overlapping windows. A block of steps is *sure* only where the origins spread over
 ``MIN_BLOCK_WINDOWS`` times its first step; past the last sure block, each level's offset is
 the wider of the block's own and the last sure block's widened with the square root of the
-step (:func:`widen_unsure`). With a full 7-day tail every block up to a day ahead is sure.
+step (:func:`widen_unsure`). With a full 7-day tail every block up to a day ahead is sure
+(though the block across a day ahead takes the drift factor of the group beyond it, which reads
+the widened blocks too: the day-ahead bands of long series moved by under 1 %).
 
 A forecast's bands (:func:`bands`) are its mean (or native quantiles) plus the offsets of each
 step ahead, interpolated between blocks and widened with the square root of the step beyond
@@ -77,7 +79,7 @@ MIN_BLOCK_RESIDUALS = 24
 #: hours apart, one or two independent windows. Past the last sure block, each level's offset
 #: is the wider of the block's own and the last sure block's widened with the square root of
 #: the step (:func:`widen_unsure`). With a full 7-day tail every block up to a day ahead is
-#: sure (10-min, 5-min, 1-min and hourly steps alike): long series are calibrated as before.
+#: sure (10-min, 5-min, 1-min and hourly steps alike): long series keep their offsets to a day.
 MIN_BLOCK_WINDOWS = 6
 #: At most this many calibration origins per series (spread evenly over the held-out tail).
 MAX_ORIGINS = 72
