@@ -73,8 +73,6 @@ def hold_steps(history: FloatArray, ends: IntArray, steps: int, *,
     values = history[starts]
     ahead = np.arange(1, steps + 1)
     for i, e in enumerate(ends):
-        if e < 2:
-            continue
         current = int(np.searchsorted(starts, e - 1, side="right")) - 1
         age = int(e - starts[current])
         if age < 2 or current < 1 or history[e - 1] == 0:

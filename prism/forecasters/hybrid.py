@@ -178,6 +178,12 @@ class _SeriesState:
     repeats: bool = True  # its last season predicted the next better than half a season did
 
     @property
+    def has_cycle(self) -> bool:
+        """A period in its spectrum, or a last season that repeated: the cycle candidates'
+        series, where neither a fresh move is a jump nor a held value is held."""
+        return self.periodic or self.repeats
+
+    @property
     def cycle(self) -> int:
         """The season an origin must repeat to be cycling (0: the series never cycles). A
         state saved before ``periodic`` existed reads the field's default, True."""
@@ -678,7 +684,7 @@ class PrismForecaster(BaseForecaster):
         csum = np.concatenate([[0.0], np.cumsum(history)])
         recent = (csum[origins] - csum[mean_lo]) / np.maximum(origins - mean_lo, 1)
         out["mean"] = np.repeat(recent[:, None], steps, axis=1)
-        if state.periodic or state.repeats or not self.use_cycle_gate:
+        if state.has_cycle or not self.use_cycle_gate:
             out["season"] = repeat_last(history, origins, steps, state.season)
             out["profile"] = profile_paths(history, origins, steps, state.season,
                                            max(1, self._steps_of("1h") if self.freq_s_ <= 3600
@@ -742,7 +748,7 @@ class PrismForecaster(BaseForecaster):
             # saved before the quantum existed reads 0: no snapping
             half = 0.5 * getattr(self.state_[series_id], "quantum", 0.0)
             moved = np.where(np.abs(moved) < half, 0.0, moved)
-            if self.use_hold_gate and not (state.periodic or state.repeats):
+            if self.use_hold_gate and not state.has_cycle:
                 hold = hold_steps(history, ends, steps, edges=self._block_edges(steps))
                 moved = np.where(np.arange(steps)[None, :] < hold[:, None], 0.0, moved)
             return np.asarray(last[:, None] + moved, dtype=np.float64)
@@ -751,7 +757,7 @@ class PrismForecaster(BaseForecaster):
     def _fresh_moves(self, state: _SeriesState) -> bool:
         """Whether a fresh move is a jump in this series (``use_fresh_jumps``): only in one
         without a cycle (an autoscaler's steps move at once and come back)."""
-        return self.use_fresh_jumps and not (state.periodic or state.repeats)
+        return self.use_fresh_jumps and not state.has_cycle
 
     def _recent_combination(self, series_id: str, history: FloatArray, ends: Ends,
                             steps: int) -> FloatArray:
