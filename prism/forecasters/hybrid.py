@@ -97,7 +97,7 @@ from prism.primitives.jumps import (
     jump_paths,
     jump_state,
 )
-from prism.primitives.spectral import SpectralRefiner, find_periods
+from prism.primitives.spectral import SpectralRefiner, find_periods, whole_ratio
 from prism.primitives.structure import robust_trend
 
 if TYPE_CHECKING:
@@ -133,10 +133,9 @@ _JUMP_PRIOR = 10.0
 #: deployments a day that repeated predicts the next (the season candidate's day-ahead MAE was
 #: 0.65x the last value's after such a day, 8x after one that did not, geometric means over
 #: origins that moved), and the quiet regime's weights had bet on the season for both.
-#: Only a series with a period in its spectrum (:func:`~prism.primitives.spectral.find_periods`)
-#: cycles: a random walk's last day stays closer to the day before than to where it started
-#: one time in five by chance, and in the cycling regime it took the weights its panel's
-#: daily cycles had earned.
+#: Only a series whose season its spectrum confirms (``_SEASON_MATCH``) cycles: a random
+#: walk's last day stays closer to the day before than to where it started one time in five
+#: by chance, and in the cycling regime it took the weights its panel's daily cycles earned.
 #: A jump in a periodic series is a regime of its own (each direction; it learns with the
 #: jump regimes when it has too few origins): after a step, an autoscaled app's cycle goes on
 #: around the new level, which the cycle candidates (``profile``, shifted to the last hour)
@@ -163,6 +162,12 @@ _REPEAT_SHARE = 0.5
 #: (13 times the last value's MAE over the next 6 h on a generated weekly panel). On the noise
 #: of a random walk a week's lag error is the larger (a day's on the Helios VCs: within 4 %).
 _WEEK_MARGIN = 0.9
+#: A series is periodic when its season and one of its spectral periods are whole multiples,
+#: within this much of their ratio (Helios' day: 149-151 steps in the spectrum, 144 by lag
+#: error). A hand-scaled fleet's steps (a random walk) showed a "period" of 695 steps, 3.1
+#: times in 15 days, beside a season of a day: treated as cycling, its forecast went back to
+#: yesterday's level where the last value held.
+_SEASON_MATCH = 0.1
 
 
 @dataclass
@@ -173,14 +178,14 @@ class _SeriesState:
     sinusoids: tuple[FloatArray, FloatArray, FloatArray]  # frequencies, amplitudes, phases
     floor: float  # z-normalisation scale floor of its windows
     jumps: FloatArray | None = None  # its jump persistence table, shrunk to the panel's
-    periodic: bool = True  # its spectrum has a significant period (else it never cycles)
+    periodic: bool = True  # its season matches a period of its spectrum (else it never cycles)
     quantum: float = 0.0  # the step its values move in (0: none; see ``paths.series_quantum``)
     repeats: bool = True  # its last season predicted the next better than half a season did
 
     @property
     def has_cycle(self) -> bool:
-        """A period in its spectrum, or a last season that repeated: the cycle candidates'
-        series, where neither a fresh move is a jump nor a held value is held."""
+        """A season its spectrum confirms, or a last season that repeated: the cycle
+        candidates' series, where neither a fresh move is a jump nor a held value is held."""
         return self.periodic or self.repeats
 
     @property
@@ -488,8 +493,9 @@ class PrismForecaster(BaseForecaster):
         # a cycle the spectrum misses (a noiseless square wave: its background is all leakage)
         # still repeats: its last season predicts the next far better than half a season does
         repeats = season >= 4 and lag_error(season) < _REPEAT_SHARE * lag_error(season // 2)
+        periodic = any(whole_ratio(season, p.steps, _SEASON_MATCH) for p in periods)
         return _SeriesState(season=season, sinusoids=sinusoids, floor=floor, jumps=jumps,
-                            periodic=bool(periods), repeats=bool(repeats),
+                            periodic=periodic, repeats=bool(repeats),
                             quantum=series_quantum(y) if self.use_snap else 0.0)
 
     def _learn_rnn(self, values: dict[str, FloatArray]) -> SequenceRegressor | None:

@@ -328,6 +328,51 @@ def test_a_one_off_step_yesterday_is_not_a_cycle_in_a_series_without_one() -> No
     assert largest_move(PrismForecaster(use_rnn=False, use_cycle_gate=False)) >= 1.0
 
 
+def _hand_scaled_fleet(seed: int, days: int = 21) -> np.ndarray:
+    """A fleet scaled up by hand: steps of 1-7 GPUs, three in four up, each held for an
+    exponential 17 h; no cycle."""
+    rng = np.random.default_rng(seed)
+    out: list[float] = []
+    level = float(rng.integers(20, 80))
+    while len(out) < 144 * days:
+        out += [level] * (int(rng.exponential(100)) + 1)
+        level = max(1.0, level + float(rng.choice([1, 1, 1, -1]) * rng.integers(1, 8)))
+    return np.array(out[:144 * days])
+
+
+@pytest.mark.parametrize("spurious, periodic", [(695.0, False), (151.0, True)])
+def test_a_spectral_period_the_season_does_not_match_is_no_cycle(
+        monkeypatch: pytest.MonkeyPatch, spurious: float, periodic: bool) -> None:
+    # The spectrum of a random walk of steps can show a "period" that fits barely 3 times
+    # (695 steps, 4.8 days, in 15 days of a generated fleet); its season (the lag whose last
+    # cycle predicted the next best) stayed the day. Treated as cycling, that fleet's
+    # forecast went back to yesterday's level where the last value held on. A line at 151
+    # steps beside a season of 144 is the day (Helios VCs: 149-151).
+    import prism.forecasters.hybrid as hybrid
+    from prism.primitives.types import Period
+
+    values = {f"c/app{i}/gpus_in_use": _hand_scaled_fleet(i) for i in range(4)}
+    fleet = "c/app0/gpus_in_use"
+    values[fleet][-100:] = values[fleet][-101] + 3.0  # up 3 GPUs, held for 16 h 40 min
+    found = hybrid.find_periods
+
+    def spectrum(y: np.ndarray, **kwargs: object) -> list[Period]:
+        if y[0] != values[fleet][0]:
+            return found(y, **kwargs)  # type: ignore[arg-type]
+        return [Period(steps=spurious, seconds=600 * spurious, strength=0.2,
+                       power_ratio=1.1, acf=0.1)]
+
+    monkeypatch.setattr(hybrid, "find_periods", spectrum)
+    model = PrismForecaster(use_rnn=False).fit(_panel(values))
+    state = model.state_[fleet]
+    assert state.season == 144 and state.periodic is periodic
+    assert state.has_cycle is periodic
+    if not periodic:  # the held value is held: it holds in past runs as long as this one
+        mean = model.predict("1d", ()).query("series_id == @fleet")["mean"].to_numpy()
+        assert hybrid.hold_steps(values[fleet], np.array([144 * 21]), 144)[0] > 0
+        np.testing.assert_array_equal(mean[:36], values[fleet][-1])
+
+
 def test_a_model_saved_before_the_week_and_the_snap_loads_as_it_was() -> None:
     # A pickle of a PRISM from before use_week, use_snap and use_cycle_gate (no such
     # attributes, no quantum or repeats in its series' states) reads them as off, which is

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from prism.errors import ConfigError, DataContractError, NotFittedError
-from prism.primitives.spectral import SpectralRefiner, find_periods
+from prism.primitives.spectral import SpectralRefiner, find_periods, whole_ratio
 from prism.primitives.types import Period
 
 FREQ_S = 600  # 10-minute steps
@@ -91,6 +91,15 @@ def test_five_hours_and_ninety_minutes_found() -> None:
     _assert_valid(periods)
     assert [round(p.seconds / 60) for p in sorted(periods, key=lambda p: p.steps)] == [90, 300]
     assert _near(periods, 30, tol=0.005) and _near(periods, 9, tol=0.005)
+
+
+def test_whole_ratio_tells_a_period_and_its_multiples_from_others() -> None:
+    assert whole_ratio(144, 151) and whole_ratio(151, 144)  # the day, placed by the spectrum
+    assert whole_ratio(144, 1008) and whole_ratio(288, 144)  # a week of days, two days
+    assert not whole_ratio(144, 695)  # 4.8 days: no whole number of days
+    assert not whole_ratio(144, 210)  # 1.46
+    assert whole_ratio(144, 160, tolerance=0.15) and not whole_ratio(144, 160)
+    assert not whole_ratio(0, 144) and not whole_ratio(144, -1)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

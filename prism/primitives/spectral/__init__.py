@@ -74,7 +74,7 @@ surrogates: steps 2-4 and the refiner's noise floor), ``periods`` (:func:`find_p
 ``refiner`` (:class:`SpectralRefiner`).
 """
 
-from prism.primitives.spectral.periods import find_periods
+from prism.primitives.spectral.periods import find_periods, whole_ratio
 from prism.primitives.spectral.refiner import SpectralRefiner
 
-__all__ = ["SpectralRefiner", "find_periods"]
+__all__ = ["SpectralRefiner", "find_periods", "whole_ratio"]

@@ -300,6 +300,15 @@ def find_periods(
     return _drop_harmonics(found, x)[: int(max_periods)]
 
 
+def whole_ratio(a: float, b: float, tolerance: float = 0.1) -> bool:
+    """Whether the longer of two periods is a whole number of the shorter, within
+    ``tolerance`` of their ratio (a day of 144 steps and a spectral line at 151: ratio 1.05)."""
+    if a <= 0 or b <= 0:
+        return False
+    ratio = max(a, b) / min(a, b)
+    return abs(ratio - round(ratio)) <= tolerance
+
+
 def _local_maxima(ratio: FloatArray, thresholds: FloatArray) -> list[int]:
     """Bins where ``ratio`` is a local maximum above its threshold, highest over it first."""
     above = np.flatnonzero(ratio > thresholds)
