@@ -86,6 +86,7 @@ from prism.forecasters.paths import (
     still,
 )
 from prism.forecasters.recent import recent_weights
+from prism.forecasters.regimes import N_REGIMES, PARENTS, Regime
 from prism.forecasters.stacking import FLOOR_ONE_STEP, NaiveAnchoredStacker, StackingData
 from prism.primitives.decompose import learn_dictionary
 from prism.primitives.jumps import (
@@ -121,34 +122,6 @@ _STACK_ORIGINS = 48
 _STACK_PANEL_ORIGINS = 768
 #: A series' own jumps count as this many pseudo-jumps against the panel's table.
 _JUMP_PRIOR = 10.0
-#: The regimes of the stacker: no jump in the last day (the last 6 h flat, or not), a recent
-#: jump away from the week's level, a recent jump back toward it; each jump regime twice, as
-#: the series has moved in the last hour or held exactly still (a new level that holds).
-#: An origin whose last value is 0 (an idle series, an app scaled to 0) is a regime of its own,
-#: whatever came before: its last value is exact for as long as the series stays idle, so a
-#: candidate that moves loses without bound there, and the other regimes should not have to
-#: pay for it.
-#: An origin that moved in the last 6 h without a jump is "cycling" when its last season
-#: repeated the one before more closely than it held the value before it: on the generated
-#: deployments a day that repeated predicts the next (the season candidate's day-ahead MAE was
-#: 0.65x the last value's after such a day, 8x after one that did not, geometric means over
-#: origins that moved), and the quiet regime's weights had bet on the season for both.
-#: Only a series whose season its spectrum confirms (``_SEASON_MATCH``) cycles: a random
-#: walk's last day stays closer to the day before than to where it started one time in five
-#: by chance, and in the cycling regime it took the weights its panel's daily cycles earned.
-#: A jump in a periodic series is a regime of its own (each direction; it learns with the
-#: jump regimes when it has too few origins): after a step, an autoscaled app's cycle goes on
-#: around the new level, which the cycle candidates (``profile``, shifted to the last hour)
-#: follow, whereas the jump regimes' weights, learned mostly on series without a cycle, hold
-#: the last value. On the generated deployments (7 of 24 apps periodic), paired against the
-#: PRISM before, a day ahead 0.885 [0.852, 0.915] and 0.889 [0.851, 0.931] on the two weeks
-#: of the accuracy benchmark; a cycled origin taking the cycling regime instead, whatever its
-#: jump, doubled the error of autoscaled apps whose steps hold on a stress panel.
-_FLAT, _QUIET, _AWAY, _BACK, _AWAY_HELD, _BACK_HELD, _IDLE, _CYCLING = 0, 1, 2, 3, 4, 5, 6, 7
-_PERIODIC_AWAY, _PERIODIC_BACK = 8, 9
-_N_REGIMES = 10
-#: The regime each was split from (a held regime with too few origins learns with its parent).
-_PARENTS = [_FLAT, _QUIET, _AWAY, _BACK, _AWAY, _BACK, _IDLE, _QUIET, _AWAY, _BACK]
 _COMBINERS = ("stacked", "recent")
 #: At most this many series' jumps remembered (``_events``); the memo starts over beyond.
 _EVENTS_MEMO = 4096
@@ -250,6 +223,9 @@ class PrismForecaster(BaseForecaster):
         use_hold_gate: in a series without a cycle whose last value has held exactly still,
             the forecast holds it through the last horizon block that at least 15 % of the
             series' past runs as long went on holding (:mod:`~prism.forecasters.hold`).
+        use_quiet_held: an origin that moved in the last 6 h without a jump and has held
+            exactly still for the last hour is a regime of its own (a series of whole steps
+            at a new level), apart from one that keeps moving (noise around a level).
         combiner: ``"stacked"`` (meta-learner across the panel, the last value as prior) or
             ``"recent"`` (per-series weights from the last ``combiner_window``).
         stack_window: the tail of each series whose origins train the stacker (at most a
@@ -288,6 +264,7 @@ class PrismForecaster(BaseForecaster):
         use_fresh_jumps: bool = True,
         use_short_floor: bool = True,
         use_hold_gate: bool = True,
+        use_quiet_held: bool = False,
         combiner: str = "stacked",
         stack_window: str = "4d",
         combiner_window: str = "4d",
@@ -316,6 +293,7 @@ class PrismForecaster(BaseForecaster):
         self.use_fresh_jumps = use_fresh_jumps
         self.use_short_floor = use_short_floor
         self.use_hold_gate = use_hold_gate
+        self.use_quiet_held = use_quiet_held
         self.combiner = combiner
         self.stack_window = stack_window
         self.combiner_window = combiner_window
@@ -333,7 +311,7 @@ class PrismForecaster(BaseForecaster):
     _ADDED_PARAMS: dict[str, Any] = {"use_redirect": False, "use_week": False,
                                      "use_snap": False, "use_cycle_gate": False,
                                      "use_fresh_jumps": False, "use_short_floor": False,
-                                     "use_hold_gate": False}
+                                     "use_hold_gate": False, "use_quiet_held": False}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update({**self._ADDED_PARAMS, **state})
@@ -582,15 +560,15 @@ class PrismForecaster(BaseForecaster):
             regimes.append(regime)
             alts.append(alternative)
             levels.append(np.abs(last))
-        stacker = NaiveAnchoredStacker(edges=self._block_edges(steps), n_regimes=_N_REGIMES,
-                                       parents=_PARENTS, redirect_after=self._six_hours(),
+        stacker = NaiveAnchoredStacker(edges=self._block_edges(steps), n_regimes=N_REGIMES,
+                                       parents=PARENTS, redirect_after=self._six_hours(),
                                        floor_one_step=FLOOR_ONE_STEP if self.use_short_floor
                                        else 0.0, random_state=self.random_state)
         if not deltas:
             logger.info("no stacking origins: PRISM forecasts the last value")
             n = len(self._stack_names(self._candidate_names()))
-            stacker.weights_ = np.zeros((len(stacker.edges), _N_REGIMES, n))
-            stacker.gain_ = np.zeros((len(stacker.edges), _N_REGIMES))
+            stacker.weights_ = np.zeros((len(stacker.edges), N_REGIMES, n))
+            stacker.gain_ = np.zeros((len(stacker.edges), N_REGIMES))
             return stacker
         data = StackingData(
             deltas=np.nan_to_num(np.concatenate(deltas, axis=1), nan=0.0),
@@ -640,26 +618,31 @@ class PrismForecaster(BaseForecaster):
         stacker may send a jump regime's origins to those weights; see ``redirect_``).
         ``fresh``: a move one point old is a jump (default ``use_fresh_jumps``)."""
         six = self._six_hours()
-        regime = np.where(still(history, origins, six), _FLAT,
-                          np.where(cycled(history, origins, season), _CYCLING, _QUIET))
+        regime = np.where(still(history, origins, six), Regime.FLAT,
+                          np.where(cycled(history, origins, season), Regime.CYCLING,
+                                   Regime.QUIET))
+        if self.use_quiet_held:
+            hour = max(2, self._steps_of("1h") if self.freq_s_ <= 3600 else 2)
+            resting = (regime == Regime.QUIET) & still(history, origins, hour)
+            regime = np.where(resting, Regime.QUIET_HELD, regime)
         alternative = regime
         if self.use_jumps:
             state = self._jump_state(events, history, origins, fresh)
             away: npt.NDArray[np.int64]
             back: npt.NDArray[np.int64]
             if season >= 2:  # a periodic series (``cycle``; 0 for the others)
-                away = np.full(len(origins), _PERIODIC_AWAY)
-                back = np.full(len(origins), _PERIODIC_BACK)
+                away = np.full(len(origins), Regime.PERIODIC_AWAY)
+                back = np.full(len(origins), Regime.PERIODIC_BACK)
             else:
                 hour = max(2, self._steps_of("1h") if self.freq_s_ <= 3600 else 2)
                 held = still(history, origins, hour)
-                away = np.where(held, _AWAY_HELD, _AWAY)
-                back = np.where(held, _BACK_HELD, _BACK)
+                away = np.where(held, Regime.AWAY_HELD, Regime.AWAY)
+                back = np.where(held, Regime.BACK_HELD, Regime.BACK)
             regime = np.where(state.direction < 0, regime,
                               np.where(state.direction == TOWARD, back, away))
         idle = history[origins - 1] == 0
-        return (np.where(idle, _IDLE, regime).astype(np.int64),
-                np.where(idle, _IDLE, alternative).astype(np.int64))
+        return (np.where(idle, Regime.IDLE, regime).astype(np.int64),
+                np.where(idle, Regime.IDLE, alternative).astype(np.int64))
 
     # -- candidates ---------------------------------------------------------------------------
     def _candidates(self, series_id: str, history: FloatArray, origins: Ends, steps: int,
@@ -748,7 +731,7 @@ class PrismForecaster(BaseForecaster):
                                                  fresh=fresh)
             # a model saved before a regime was split has its parent's weights for it
             known = self.stacker_.weights_.shape[1]
-            regimes = np.where(regimes < known, regimes, np.asarray(_PARENTS)[regimes])
+            regimes = np.where(regimes < known, regimes, np.asarray(PARENTS)[regimes])
             moved = self.stacker_.combine(deltas, regimes, alternative)
             # a move of less than half the series' step is no move (``use_snap``); a state
             # saved before the quantum existed reads 0: no snapping

@@ -386,7 +386,7 @@ def test_a_model_saved_before_the_week_and_the_snap_loads_as_it_was() -> None:
     model = PrismForecaster(**NO_RNN).fit(_panel({"c/all/gpus_in_use": values}))
     old = pickle.loads(pickle.dumps(model))
     added = ("use_week", "use_snap", "use_cycle_gate", "use_fresh_jumps", "use_short_floor",
-             "use_hold_gate")
+             "use_hold_gate", "use_quiet_held")
     for name in added:
         del old.__dict__[name]
     for name in ("quantum", "repeats"):

@@ -11,17 +11,7 @@ import pytest
 
 from prism.evaluation.backtest import backtest
 from prism.forecasters import get_forecaster
-from prism.forecasters.hybrid import (
-    _AWAY,
-    _AWAY_HELD,
-    _BACK,
-    _BACK_HELD,
-    _CYCLING,
-    _IDLE,
-    _PERIODIC_AWAY,
-    _PERIODIC_BACK,
-    _QUIET,
-)
+from prism.forecasters.regimes import PARENTS, Regime
 from prism.forecasters.stacking import (
     MAX_ROWS,
     NaiveAnchoredStacker,
@@ -35,7 +25,8 @@ DAY = 144
 FAST = {"use_rnn": False, "use_gbm": False, "use_primitives": False}
 #: A fleet's series and a PRISM fitted on them.
 Fleet = tuple[dict[str, np.ndarray], Any]
-JUMP_REGIMES = [_AWAY, _AWAY_HELD, _BACK, _BACK_HELD, _PERIODIC_AWAY, _PERIODIC_BACK]
+JUMP_REGIMES = [Regime.AWAY, Regime.AWAY_HELD, Regime.BACK, Regime.BACK_HELD,
+                Regime.PERIODIC_AWAY, Regime.PERIODIC_BACK]
 
 
 def _panel(values: dict[str, np.ndarray]) -> pd.DataFrame:
@@ -289,7 +280,7 @@ def test_an_app_scaled_to_zero_is_the_idle_regime(fleet: Fleet) -> None:
     y = np.full(14 * DAY, 40.0)
     y[-6:] = 0.0
     regimes = [_regime_at_end(forecaster, z) for z in (y, np.zeros(14 * DAY), y[:-6])]
-    assert regimes[:2] == [_IDLE, _IDLE] and regimes[2] != _IDLE
+    assert regimes[:2] == [Regime.IDLE, Regime.IDLE] and regimes[2] != Regime.IDLE
 
 
 def test_a_day_that_repeated_the_day_before_is_the_cycling_regime(fleet: Fleet) -> None:
@@ -300,10 +291,28 @@ def test_a_day_that_repeated_the_day_before_is_the_cycling_regime(fleet: Fleet) 
     cycle = _daily_cycle()
     broken = cycle.copy()
     broken[-2 * DAY:-DAY] = 100.0 - cycle[-2 * DAY:-DAY]  # the day before, mirrored
-    assert [_regime_at_end(forecaster, z, DAY) for z in (cycle, broken)] == [_CYCLING,
-                                                                          _QUIET]
+    assert [_regime_at_end(forecaster, z, DAY) for z in (cycle, broken)] == [Regime.CYCLING,
+                                                                          Regime.QUIET]
     # a cycle the series' chosen season does not span is not a repeat of it
-    assert _regime_at_end(forecaster, cycle, season=DAY // 2) == _QUIET
+    assert _regime_at_end(forecaster, cycle, season=DAY // 2) == Regime.QUIET
+
+
+def test_a_quiet_origin_that_held_an_hour_is_a_regime_of_its_own_when_asked(
+        fleet: Fleet, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Noise around a level keeps moving; the same series held exactly still for its last 9
+    # points (a fleet of whole steps at rest; an hour is 6) is, with use_quiet_held, a
+    # regime apart.
+    _, forecaster = fleet
+    noisy = np.round(200 + np.random.default_rng(5).normal(0, 4, 14 * DAY))
+    resting = noisy.copy()
+    resting[-8:] = resting[-9]
+    assert [_regime_at_end(forecaster, z) for z in (noisy, resting)] == [Regime.QUIET] * 2
+    monkeypatch.setattr(forecaster, "use_quiet_held", True)
+    assert [_regime_at_end(forecaster, z) for z in (noisy, resting)] == [Regime.QUIET,
+                                                                         Regime.QUIET_HELD]
+    assert _regime_at_end(forecaster, resting[:-4]) == Regime.QUIET  # 5 equal points only
+    # its weights, while it has too few origins, are the quiet regime's
+    assert PARENTS[Regime.QUIET_HELD] == Regime.QUIET
 
 
 def test_a_jump_in_a_periodic_series_is_a_regime_of_its_own(fleet: Fleet) -> None:
@@ -315,14 +324,14 @@ def test_a_jump_in_a_periodic_series_is_a_regime_of_its_own(fleet: Fleet) -> Non
     up[-12:] += 30.0
     back = _daily_cycle()
     back[-2 * DAY:-12] += 30.0
-    assert [_regime_at_end(forecaster, z, DAY) for z in (up, back)] == [_PERIODIC_AWAY,
-                                                                        _PERIODIC_BACK]
-    assert [_regime_at_end(forecaster, z) for z in (up, back)] == [_AWAY, _BACK]
+    assert [_regime_at_end(forecaster, z, DAY) for z in (up, back)] == [Regime.PERIODIC_AWAY,
+                                                                        Regime.PERIODIC_BACK]
+    assert [_regime_at_end(forecaster, z) for z in (up, back)] == [Regime.AWAY, Regime.BACK]
     # a model fitted before the split gives them its plain jump regimes' weights
     stacker = forecaster.stacker_
     weights = np.zeros_like(stacker.weights_)
-    weights[:, _AWAY, :] = 1.0 / weights.shape[2]
-    stacker.weights_ = weights[:, :_PERIODIC_AWAY]
+    weights[:, Regime.AWAY, :] = 1.0 / weights.shape[2]
+    stacker.weights_ = weights[:, :Regime.PERIODIC_AWAY]
     sid = next(iter(forecaster.state_))
     forecaster.state_[sid].season, forecaster.state_[sid].periodic = DAY, True
     old = forecaster._forecast_many(sid, up, np.array([len(up)]), DAY)
@@ -352,12 +361,12 @@ def test_a_random_walk_among_cycles_never_cycles(monkeypatch: pytest.MonkeyPatch
         regimes = forecaster._regimes(y, origins, forecaster._events(y), state.cycle)[0]
         if "walk" in sid:
             assert not state.periodic and state.cycle == 0
-            assert not (regimes == _CYCLING).any(), sid
+            assert not (regimes == Regime.CYCLING).any(), sid
             old = forecaster._regimes(y, origins, forecaster._events(y), state.season)[0]
-            by_chance += int((old == _CYCLING).sum())
+            by_chance += int((old == Regime.CYCLING).sum())
         else:
             assert state.periodic and state.cycle == state.season == DAY
-            assert (regimes == _CYCLING).mean() > 0.9, sid
+            assert (regimes == Regime.CYCLING).mean() > 0.9, sid
     assert by_chance > 20  # on their season alone, the walks would have cycled
     # fitting the stacker and forecasting take the same regimes
     seasons: dict[tuple[str, str], set[int]] = {}
@@ -388,7 +397,7 @@ def test_a_model_saved_before_the_split_gives_the_cycling_regime_its_parents_wei
     assert stacker is not None
     weights = np.zeros_like(stacker.weights_)
     season = forecaster._stack_names(forecaster._candidate_names()).index("season")
-    weights[:, _QUIET, season] = 1.0  # the quiet regime repeats the last season
+    weights[:, Regime.QUIET, season] = 1.0  # the quiet regime repeats the last season
     stacker.weights_ = weights
     sid = next(iter(values))
     cycle = _daily_cycle()
@@ -397,7 +406,7 @@ def test_a_model_saved_before_the_split_gives_the_cycling_regime_its_parents_wei
     forecaster.state_[sid].periodic = True  # a daily cycle has a period in its spectrum
     forecaster.state_[sid].quantum = 0.0  # and moves continuously
     new = forecaster._forecast_many(sid, cycle, ends, DAY)
-    stacker.weights_ = weights[:, :_CYCLING]
+    stacker.weights_ = weights[:, :Regime.CYCLING]
     old = forecaster._forecast_many(sid, cycle, ends, DAY)
     np.testing.assert_allclose(new[0], cycle[-1])  # no weights for cycling: the last value
     np.testing.assert_allclose(old[0], cycle[-DAY:])  # the quiet weights: the last day again
@@ -424,7 +433,7 @@ def test_a_new_level_held_still_is_a_regime_of_its_own(fleet: Fleet) -> None:
     y[-12:] = 60.0
     moving = y.copy()
     moving[-12:] = np.linspace(76.0, 56.0, 12)
-    assert [_regime_at_end(forecaster, z) for z in (y, moving)] == [_AWAY_HELD, _AWAY]
+    assert [_regime_at_end(forecaster, z) for z in (y, moving)] == [Regime.AWAY_HELD, Regime.AWAY]
 
 
 def test_the_meta_learner_never_sees_a_test_window() -> None:
