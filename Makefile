@@ -106,11 +106,11 @@ bench-accuracy: $(STAMP)
 	$(BIN)/python -m evaluation.benchmarks.accuracy --jobs $(JOBS)
 
 # Shapes the accuracy panels lack (idle VCs, bursts, weekday plateaus, sawtooth, inference
-# apps autoscaled or resized by hand, counts, hourly shifts), generated: PRISM, its newest
-# switch and gbm against the last value (evaluation/results/shapes.md). About 25 minutes on
-# one core.
+# apps autoscaled or resized by hand, counts, hourly shifts, growth, a fleet scaled by hand
+# in steps, a busy VC drained now and then), generated: PRISM, its newest switches and gbm
+# against the last value (evaluation/results/shapes.md). About 35 minutes on one core.
 bench-shapes: $(STAMP)
-	$(BIN)/python -m evaluation.benchmarks.shapes --models gbm,prism,prism-hold_gate
+	$(BIN)/python -m evaluation.benchmarks.shapes --models gbm,prism,prism-hold_gate,prism+quiet_held
 
 # Queued GPUs, submissions and capacity as features of the global learners (gbm, and PRISM's
 # gbm candidate), each against itself without them, on both weeks of the accuracy benchmark

@@ -18,12 +18,17 @@ Shapes (28 days at 10 min unless said; ``--seeds`` draws each anew):
   serves (a step that holds) every few days;
 - ``manual``: an app resized by hand every few days (steps that hold, no cycle);
 - ``counts``: job arrivals per 5 min (21 days), Poisson with a daily cycle;
-- ``hourly``: hourly demand (60 days) with a daily cycle and level shifts that hold.
+- ``hourly``: hourly demand (60 days) with a daily cycle and level shifts that hold;
+- ``growth``: a daily cycle on a level that grows 1-3 % a day (or shrinks half as fast);
+- ``stairs``: a fleet scaled by hand, steps of 1-7 GPUs, three in four up, each held an
+  exponential 17 h (a random walk with drift, no cycle);
+- ``drains``: a busy VC near its quota, drained to 10-60 % for 2-8 h a few times a month.
 
 The 10-minute VC shapes share one panel (PRISM's stacker learns across it, as in a cluster
 whose VCs differ), and so do the two inference-app shapes (a fleet's apps); the 5-minute and
 hourly ones are panels of their own. (With the apps in the VCs' panel, the stacker's shared
 weights moved the other shapes: idle VCs at 6 h 3.77 -> 1.00, sawtooth at 1 h 0.93 -> 1.05.)
+The last three, added later, are a second cluster's panel (``10min-b``).
 
 Run: ``python -m evaluation.benchmarks.shapes`` (writes ``evaluation/results/shapes.{csv,md}``;
 ``--quick`` is the tests' smoke setting).
@@ -52,7 +57,9 @@ RESULTS = ROOT / "evaluation" / "results"
 BASELINE = "naive"
 MODELS = ("naive", "gbm", "prism")
 HORIZONS = ("1h", "6h", "1d")
-SHAPES = ("idle", "bursts", "weekly", "sawtooth", "autoscaled", "manual", "counts", "hourly")
+SHAPES = ("idle", "bursts", "weekly", "sawtooth", "autoscaled", "manual", "counts", "hourly",
+          "growth", "stairs", "drains")
+PANELS = ("10min", "10min-apps", "5min", "1h", "10min-b")
 WINDOWS = 14
 STEP = "12h"
 SEEDS = (1, 2)
@@ -147,13 +154,41 @@ def _hourly(rng: np.random.Generator, n: int) -> np.ndarray:
     return np.round(level * (1 + 0.2 * np.sin(2 * np.pi * t / 24)) + rng.normal(0, 3, n))
 
 
+def _growth(rng: np.random.Generator, ts: pd.DatetimeIndex) -> np.ndarray:
+    rate = rng.uniform(0.01, 0.03) * rng.choice([1.0, -0.5])
+    hour = np.asarray(ts.hour + ts.minute / 60, dtype=float)
+    cycle = 1 + rng.uniform(0.1, 0.3) * np.sin(2 * np.pi * (hour - 9) / 24)
+    days = np.arange(len(ts)) / 144
+    return np.round(rng.uniform(100, 300) * (1 + rate) ** days * cycle
+                    + rng.normal(0, 3, len(ts)))
+
+
+def _stairs(rng: np.random.Generator, n: int) -> np.ndarray:
+    v = np.empty(n)
+    level, start = float(rng.integers(20, 80)), 0
+    while start < n:
+        span = int(rng.exponential(100)) + 1
+        v[start:start + span] = level
+        start += span
+        level = max(1.0, level + float(rng.choice([1, 1, 1, -1]) * rng.integers(1, 8)))
+    return v
+
+
+def _drains(rng: np.random.Generator, n: int) -> np.ndarray:
+    quota = rng.uniform(150, 400)
+    v = np.minimum(quota * np.clip(1 + 0.03 * rng.standard_normal(n), 0.9, 1.1), 1.05 * quota)
+    for start in rng.choice(n - 60, rng.integers(3, 7), replace=False):
+        v[start:start + int(rng.uniform(12, 48))] *= rng.uniform(0.1, 0.6)
+    return np.round(v)
+
+
 def make_panels(seed: int, per_shape: int = PER_SHAPE) -> dict[str, pd.DataFrame]:
     """The generated panels of one seed, by step (``10min``, ``5min``, ``1h``; the inference
-    apps, ``10min-apps``, are a panel of their own, as a fleet's store would be); series ids
-    ``s<seed>/<shape><i>/<metric>``."""
+    apps, ``10min-apps``, are a panel of their own, as a fleet's store would be, and so is a
+    second cluster, ``10min-b``); series ids ``s<seed>/<shape><i>/<metric>``."""
     rng = np.random.default_rng(seed)
     frames: dict[str, list[pd.DataFrame]] = {"10min": [], "10min-apps": [], "5min": [],
-                                              "1h": []}
+                                              "1h": [], "10min-b": []}
 
     def add(step: str, shape: str, i: int, metric: str, ts: pd.DatetimeIndex,
             values: np.ndarray) -> None:
@@ -176,6 +211,12 @@ def make_panels(seed: int, per_shape: int = PER_SHAPE) -> dict[str, pd.DataFrame
     ts1 = pd.date_range(START, periods=60 * 24, freq="1h")
     for i in range(per_shape):
         add("1h", "hourly", i, "gpus_in_use", ts1, _hourly(rng, len(ts1)))
+    second = np.random.default_rng((seed, 2))  # added later still
+    for i in range(per_shape):
+        add("10min-b", "growth", i, "gpus_in_use", ts10, _growth(second, ts10))
+    for shape, make in (("stairs", _stairs), ("drains", _drains)):
+        for i in range(per_shape):
+            add("10min-b", shape, i, "gpus_in_use", ts10, make(second, len(ts10)))
     return {step: pd.concat(parts, ignore_index=True) for step, parts in frames.items()}
 
 
@@ -185,12 +226,14 @@ def shape_of(series_id: pd.Series) -> pd.Series:
 
 
 def run(seeds: Sequence[int], models: Sequence[str], windows: int,
-        per_shape: int = PER_SHAPE) -> tuple[pd.DataFrame, dict[str, pd.DataFrame]]:
+        per_shape: int = PER_SHAPE, only: Sequence[str] = ()
+        ) -> tuple[pd.DataFrame, dict[str, pd.DataFrame]]:
     """Backtest frames of every model on every panel of every seed, one after another, and
     the panels by name (``s<seed>-<step>``, the frame's ``panel`` column).
 
     ``models`` are forecaster aliases or PRISM's variants (``prism-week``: the accuracy
-    benchmark's :func:`~evaluation.benchmarks.accuracy.prism_variants`).
+    benchmark's :func:`~evaluation.benchmarks.accuracy.prism_variants`); ``only``: these
+    panels (by step, e.g. ``10min-b``), all when empty.
 
     Raises:
         ConfigError: for a model that is neither.
@@ -200,6 +243,8 @@ def run(seeds: Sequence[int], models: Sequence[str], windows: int,
     panels: dict[str, pd.DataFrame] = {}
     for seed in seeds:
         for step, panel in make_panels(seed, per_shape).items():
+            if only and step not in only:
+                continue
             panels[f"s{seed}-{step}"] = panel
             started = time.perf_counter()
             forecasters = {m: get_forecaster(alias, **params)
@@ -268,6 +313,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="models besides naive, comma-separated (PRISM's variants too, "
                         "e.g. prism-week)")
     parser.add_argument("--windows", type=int, default=WINDOWS)
+    parser.add_argument("--panels", default="",
+                        help=f"only these panels, comma-separated ({', '.join(PANELS)}); "
+                        "all by default")
     parser.add_argument("--quick", action="store_true",
                         help=f"smoke setting: {QUICK_WINDOWS} windows, one series per shape")
     parser.add_argument("--output", type=Path, default=RESULTS)
@@ -276,11 +324,14 @@ def main(argv: list[str] | None = None) -> int:
         seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     except ValueError:
         parser.error(f"--seeds {args.seeds!r}: give whole numbers, e.g. 1,2")
+    only = [p.strip() for p in args.panels.split(",") if p.strip()]
+    if unknown := [p for p in only if p not in PANELS]:
+        parser.error(f"--panels {','.join(unknown)}: choose among {', '.join(PANELS)}")
     models = [BASELINE, *[m for m in args.models.split(",") if m and m != BASELINE]]
     windows = QUICK_WINDOWS if args.quick else args.windows
     per_shape = 1 if args.quick else PER_SHAPE
     try:
-        frame, panels = run(seeds, models, windows, per_shape)
+        frame, panels = run(seeds, models, windows, per_shape, only)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

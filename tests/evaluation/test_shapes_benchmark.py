@@ -13,7 +13,7 @@ from evaluation.benchmarks import shapes
 
 def test_the_generated_shapes_are_what_they_say() -> None:
     panels = shapes.make_panels(seed=7, per_shape=2)
-    assert set(panels) == {"10min", "10min-apps", "5min", "1h"}
+    assert set(panels) == set(shapes.PANELS)
     assert set(shapes.shape_of(panels["10min-apps"]["series_id"])) == {"autoscaled", "manual"}
     ten = pd.concat([panels["10min"], panels["10min-apps"]], ignore_index=True)
     kinds = shapes.shape_of(ten["series_id"])
@@ -37,6 +37,18 @@ def test_the_generated_shapes_are_what_they_say() -> None:
     assert (counts == np.round(counts)).all() and (counts >= 0).all()
     steps = panels["1h"].groupby("series_id")["ts"].diff().dropna()
     assert (steps == pd.Timedelta("1h")).all()
+    second = panels["10min-b"].assign(shape=shapes.shape_of(panels["10min-b"]["series_id"]))
+    assert set(second["shape"]) == {"growth", "stairs", "drains"}
+    for sid, series in second.groupby("series_id"):
+        v, kind = series["value"].to_numpy(), series["shape"].iloc[0]
+        first, last = v[:144].mean(), v[-144:].mean()
+        if kind == "growth":  # grows 1-3 % a day, or shrinks half as fast: 13-110 % in 27 days
+            assert abs(last / first - 1) > 0.1, sid
+        elif kind == "stairs":  # whole GPUs held for hours, moving in steps
+            moves = np.flatnonzero(np.diff(v))
+            assert (v == np.round(v)).all() and 10 < len(moves) < 144, sid
+        else:  # drains: near the quota, now and then far below it
+            assert np.median(v) > 100 and (v < 0.65 * np.median(v)).mean() > 0.005, sid
     again = shapes.make_panels(seed=7, per_shape=2)
     pd.testing.assert_frame_equal(again["10min"], panels["10min"])  # seeded
 
@@ -62,3 +74,11 @@ def test_quick_run_scores_every_shape_against_the_last_value(
         shapes.main(["--quick", "--seeds", "one", "--output", str(tmp_path)])
     assert shapes.main(["--quick", "--models", "prism-nothing", "--output", str(tmp_path)]) == 2
     assert "prism-week" in capsys.readouterr().err  # the variants it could have named
+    with pytest.raises(SystemExit):
+        shapes.main(["--quick", "--panels", "10min-c", "--output", str(tmp_path)])
+    assert "choose among 10min, 10min-apps" in capsys.readouterr().err
+    assert shapes.main(["--quick", "--seeds", "1", "--panels", "10min-b", "--models",
+                        "seasonal_naive",
+                        "--output", str(tmp_path / "b")]) == 0
+    assert set(pd.read_csv(tmp_path / "b" / "shapes.csv")["shape"]) == {
+        "growth", "stairs", "drains"}
