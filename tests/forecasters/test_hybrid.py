@@ -363,7 +363,7 @@ def test_a_spectral_period_the_season_does_not_match_is_no_cycle(
                        power_ratio=1.1, acf=0.1)]
 
     monkeypatch.setattr(hybrid, "find_periods", spectrum)
-    model = PrismForecaster(use_rnn=False).fit(_panel(values))
+    model = PrismForecaster(**NO_RNN).fit(_panel(values))
     state = model.state_[fleet]
     assert state.season == 144 and state.periodic is periodic
     assert state.has_cycle is periodic
