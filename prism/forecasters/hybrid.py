@@ -621,10 +621,11 @@ class PrismForecaster(BaseForecaster):
         regime = np.where(still(history, origins, six), Regime.FLAT,
                           np.where(cycled(history, origins, season), Regime.CYCLING,
                                    Regime.QUIET))
+        # held exactly still for the last hour (at least two points)
+        held = still(history, origins, max(2, self._steps_of("1h") if self.freq_s_ <= 3600
+                                           else 2))
         if self.use_quiet_held:
-            hour = max(2, self._steps_of("1h") if self.freq_s_ <= 3600 else 2)
-            resting = (regime == Regime.QUIET) & still(history, origins, hour)
-            regime = np.where(resting, Regime.QUIET_HELD, regime)
+            regime = np.where((regime == Regime.QUIET) & held, Regime.QUIET_HELD, regime)
         alternative = regime
         if self.use_jumps:
             state = self._jump_state(events, history, origins, fresh)
@@ -634,8 +635,6 @@ class PrismForecaster(BaseForecaster):
                 away = np.full(len(origins), Regime.PERIODIC_AWAY)
                 back = np.full(len(origins), Regime.PERIODIC_BACK)
             else:
-                hour = max(2, self._steps_of("1h") if self.freq_s_ <= 3600 else 2)
-                held = still(history, origins, hour)
                 away = np.where(held, Regime.AWAY_HELD, Regime.AWAY)
                 back = np.where(held, Regime.BACK_HELD, Regime.BACK)
             regime = np.where(state.direction < 0, regime,
