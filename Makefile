@@ -110,7 +110,7 @@ bench-accuracy: $(STAMP)
 # in steps, a busy VC drained now and then), generated: PRISM, its newest switches and gbm
 # against the last value (evaluation/results/shapes.md). About 35 minutes on one core.
 bench-shapes: $(STAMP)
-	$(BIN)/python -m evaluation.benchmarks.shapes --models gbm,prism,prism-hold_gate,prism+quiet_held
+	$(BIN)/python -m evaluation.benchmarks.shapes --models gbm,prism,prism-hold_tail,prism-hold_gate,prism+quiet_held
 
 # Queued GPUs, submissions and capacity as features of the global learners (gbm, and PRISM's
 # gbm candidate), each against itself without them, on both weeks of the accuracy benchmark

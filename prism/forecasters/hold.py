@@ -46,7 +46,7 @@ def runs(history: FloatArray) -> tuple[IntArray, IntArray]:
 
 def hold_steps(history: FloatArray, ends: IntArray, steps: int, *,
                edges: Sequence[int] | None = None, share: float = HOLD_SHARE,
-               min_runs: int = MIN_RUNS) -> IntArray:
+               min_runs: int = MIN_RUNS, tail: bool = False) -> IntArray:
     """Per origin (``ends``: the history before it), how many leading steps to hold.
 
     The last value must be other than 0 and have held at least two points. Its comparable
@@ -54,12 +54,17 @@ def hold_steps(history: FloatArray, ends: IntArray, steps: int, *,
     whose start is unknown), entered by a move the same way (up: a job started, a burst; down:
     some ended), that lasted at least as long as the current one has so far. The
     forecast holds through step ``s`` while at least ``share`` of them lasted ``s`` points
-    longer; 0 steps when fewer than ``min_runs`` are comparable. With ``edges`` (the ends of
-    horizon blocks, in steps), only through the last edge it reaches: a window that ends at an
-    edge is lost without bound by a move if the value holds to its end, but past the last
-    such edge a held step only delays a move the stacker's weights expect (on the generated
-    idle VCs a day ahead: 0.857 of the last value's error held step by step, 0.798 held by
-    blocks, 0.792 not held).
+    longer; 0 steps when fewer than ``min_runs`` are comparable. With ``tail``, a current run
+    that has outlived all but fewer than ``min_runs`` of the comparable runs is read from the
+    ``min_runs`` longest: the share of them that lasted ``s`` points past the shortest of
+    them (memoryless at the tail, where the series has too few runs to say more; without it,
+    such a run is not held, and on a fleet scaled by hand, with runs that hold an exponential
+    time, a run older than all but two past ones held a whole day after its forecast moved).
+    With ``edges`` (the ends of horizon blocks, in steps), only through the last edge it
+    reaches: a window that ends at an edge is lost without bound by a move if the value holds
+    to its end, but past the last such edge a held step only delays a move the stacker's
+    weights expect (on the generated idle VCs a day ahead: 0.857 of the last value's error
+    held step by step, 0.798 held by blocks, 0.792 not held).
 
     A last value of 0 is left alone: the stacker gives it a regime of its own, whose weights
     must beat the last value out of sample on a floor of a billionth of a GPU, i.e. only
@@ -81,11 +86,14 @@ def hold_steps(history: FloatArray, ends: IntArray, steps: int, *,
         up = values[current] > values[current - 1]
         alike = (values[done] != 0) & ((values[done] > values[:current - 1]) == up)
         length = lengths[done][alike]
-        at_risk = length[length >= age]
+        since = age
+        if tail and len(length) >= min_runs:
+            since = min(age, int(np.sort(length)[-min_runs]))
+        at_risk = length[length >= since]
         if len(at_risk) < min_runs:
             continue
         # share of comparable runs that lasted ``s`` more points, per step ``s``
-        lasted = (at_risk[None, :] >= age + ahead[:, None]).mean(axis=1)
+        lasted = (at_risk[None, :] >= since + ahead[:, None]).mean(axis=1)
         out[i] = int(np.count_nonzero(lasted >= share))
     if edges is not None:
         reached = np.asarray(sorted(edges), dtype=np.int64)

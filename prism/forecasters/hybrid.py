@@ -223,6 +223,11 @@ class PrismForecaster(BaseForecaster):
         use_hold_gate: in a series without a cycle whose last value has held exactly still,
             the forecast holds it through the last horizon block that at least 15 % of the
             series' past runs as long went on holding (:mod:`~prism.forecasters.hold`).
+        use_hold_tail: the hold gate reads a run older than all but two of the series'
+            comparable past runs from the three longest (``tail`` of
+            :func:`~prism.forecasters.hold.hold_steps`); without it, such a run is not held.
+            On by default: on a generated fleet scaled by hand it takes catastrophes away a
+            day ahead and moves no point forecast of the accuracy panels.
         use_quiet_held: an origin that moved in the last 6 h without a jump and has held
             exactly still for the last hour is a regime of its own (a series of whole steps
             at a new level), apart from one that keeps moving (noise around a level).
@@ -265,6 +270,7 @@ class PrismForecaster(BaseForecaster):
         use_short_floor: bool = True,
         use_hold_gate: bool = True,
         use_quiet_held: bool = False,
+        use_hold_tail: bool = True,
         combiner: str = "stacked",
         stack_window: str = "4d",
         combiner_window: str = "4d",
@@ -294,6 +300,7 @@ class PrismForecaster(BaseForecaster):
         self.use_short_floor = use_short_floor
         self.use_hold_gate = use_hold_gate
         self.use_quiet_held = use_quiet_held
+        self.use_hold_tail = use_hold_tail
         self.combiner = combiner
         self.stack_window = stack_window
         self.combiner_window = combiner_window
@@ -311,7 +318,8 @@ class PrismForecaster(BaseForecaster):
     _ADDED_PARAMS: dict[str, Any] = {"use_redirect": False, "use_week": False,
                                      "use_snap": False, "use_cycle_gate": False,
                                      "use_fresh_jumps": False, "use_short_floor": False,
-                                     "use_hold_gate": False, "use_quiet_held": False}
+                                     "use_hold_gate": False, "use_quiet_held": False,
+                                     "use_hold_tail": False}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update({**self._ADDED_PARAMS, **state})
@@ -737,7 +745,8 @@ class PrismForecaster(BaseForecaster):
             half = 0.5 * getattr(self.state_[series_id], "quantum", 0.0)
             moved = np.where(np.abs(moved) < half, 0.0, moved)
             if self.use_hold_gate and not state.has_cycle:
-                hold = hold_steps(history, ends, steps, edges=self._block_edges(steps))
+                hold = hold_steps(history, ends, steps, edges=self._block_edges(steps),
+                                  tail=self.use_hold_tail)
                 moved = np.where(np.arange(steps)[None, :] < hold[:, None], 0.0, moved)
             return np.asarray(last[:, None] + moved, dtype=np.float64)
         return self._recent_combination(series_id, history, ends, steps)

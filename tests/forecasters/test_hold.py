@@ -39,6 +39,22 @@ def test_a_run_longer_than_every_past_one_is_not_held() -> None:
     assert hold_steps(history, np.array([len(history)]), 10).tolist() == [0]
 
 
+def test_with_tail_a_run_older_than_all_but_two_is_read_from_the_three_longest() -> None:
+    # past jobs ran 5, 6 and 8 points; the running one has run 9: past the shortest of the
+    # three longest (5), two of them ran 1 more point (6, 8), one ran 2 and 3 more (8), none 4
+    history = np.array(_jobs([5, 6, 8]) + [8.0] * 9)
+    end = np.array([len(history)])
+    assert hold_steps(history, end, 10, tail=True).tolist() == [3]
+    assert hold_steps(history, end, 10, tail=True, share=0.5).tolist() == [1]
+    # a run still younger than the third longest is read as without it
+    young = np.array(_jobs([5, 6, 8]) + [8.0] * 3)
+    assert (hold_steps(young, np.array([len(young)]), 10, tail=True).tolist()
+            == hold_steps(young, np.array([len(young)]), 10).tolist() == [5])
+    # too few comparable runs still say nothing
+    few = np.array(_jobs([5, 6]) + [8.0] * 9)
+    assert hold_steps(few, np.array([len(few)]), 10, tail=True).tolist() == [0]
+
+
 def test_too_few_comparable_runs_say_nothing() -> None:
     history = np.array(_jobs([5, 6]) + [8.0, 8.0, 8.0])
     assert hold_steps(history, np.array([len(history)]), 10).tolist() == [0]
@@ -120,3 +136,44 @@ def test_prism_holds_a_job_as_long_as_past_jobs_as_old_held() -> None:
     # the gate moves forecasts, not what the stacker learned
     assert gated.stacker_ is not None and plain.stacker_ is not None
     np.testing.assert_array_equal(gated.stacker_.weights_, plain.stacker_.weights_)
+
+
+
+def test_prism_holds_a_step_older_than_all_but_two_past_ones_from_the_longest() -> None:
+    # The shapes benchmark's second cluster (seed 2): fleets scaled by hand in steps that
+    # hold an exponential time, beside growing and drained VCs. At this cutoff stairs1's
+    # last step up has held 172 points, longer than all but two of its past steps up: the
+    # plain gate holds nothing and the panel's weights move the forecast; with the tail the
+    # three longest past steps say it holds the day, and it held.
+    from evaluation.benchmarks.shapes import make_panels
+
+    panel = make_panels(2)["10min-b"]
+    cutoff = pd.Timestamp("2026-01-27 11:50")
+    train = panel[panel["ts"] <= cutoff]
+    model = PrismForecaster(use_rnn=False).fit(train)
+    assert model.use_hold_tail  # on by default
+    tail = model.predict("1d", ())
+    model.use_hold_tail = False
+    plain = model.predict("1d", ())
+    sid = "s2/stairs1/gpus_in_use"
+    v = train.loc[train["series_id"] == sid, "value"].to_numpy()
+    end = np.array([len(v)])
+    edges = model._block_edges(144)
+    assert not model.state_[sid].has_cycle
+    assert hold_steps(v, end, 144, edges=edges).tolist() == [0]
+    assert hold_steps(v, end, 144, edges=edges, tail=True).tolist() == [144]
+    mean = tail.loc[tail["series_id"] == sid, "mean"].to_numpy()
+    was = plain.loc[plain["series_id"] == sid, "mean"].to_numpy()
+    np.testing.assert_array_equal(mean, v[-1])
+    assert np.abs(was - v[-1]).max() > 1.0  # the plain forecast moved a GPU and more
+    actual = panel.loc[(panel["series_id"] == sid) & (panel["ts"] > cutoff), "value"]
+    actual = actual.to_numpy()[:144]
+    assert np.abs(mean - actual).mean() < np.abs(was - actual).mean()
+    # the other series are forecast as before wherever their gate reads no tail
+    for other, part in train.groupby("series_id"):
+        w = part["value"].to_numpy()
+        hold = hold_steps(w, np.array([len(w)]), 144, edges=edges)
+        if hold.tolist() == hold_steps(w, np.array([len(w)]), 144, edges=edges,
+                                       tail=True).tolist():
+            np.testing.assert_array_equal(tail.loc[tail["series_id"] == other, "mean"],
+                                          plain.loc[plain["series_id"] == other, "mean"])
