@@ -138,7 +138,6 @@ def test_prism_holds_a_job_as_long_as_past_jobs_as_old_held() -> None:
     np.testing.assert_array_equal(gated.stacker_.weights_, plain.stacker_.weights_)
 
 
-
 def test_prism_holds_a_step_older_than_all_but_two_past_ones_from_the_longest() -> None:
     # The shapes benchmark's second cluster (seed 2): fleets scaled by hand in steps that
     # hold an exponential time, beside growing and drained VCs. At this cutoff stairs1's

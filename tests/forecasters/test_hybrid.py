@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from evaluation.benchmarks.shapes import _stairs
 from prism.errors import ConfigError
 from prism.forecasters import get_forecaster
 from prism.forecasters.hybrid import PrismForecaster
@@ -331,18 +332,6 @@ def test_a_one_off_step_yesterday_is_not_a_cycle_in_a_series_without_one() -> No
                                         use_hold_tail=False)) >= 1.0
 
 
-def _hand_scaled_fleet(seed: int, days: int = 21) -> np.ndarray:
-    """A fleet scaled up by hand: steps of 1-7 GPUs, three in four up, each held for an
-    exponential 17 h; no cycle."""
-    rng = np.random.default_rng(seed)
-    out: list[float] = []
-    level = float(rng.integers(20, 80))
-    while len(out) < 144 * days:
-        out += [level] * (int(rng.exponential(100)) + 1)
-        level = max(1.0, level + float(rng.choice([1, 1, 1, -1]) * rng.integers(1, 8)))
-    return np.array(out[:144 * days])
-
-
 @pytest.mark.parametrize("spurious, periodic", [(695.0, False), (151.0, True)])
 def test_a_spectral_period_the_season_does_not_match_is_no_cycle(
         monkeypatch: pytest.MonkeyPatch, spurious: float, periodic: bool) -> None:
@@ -354,7 +343,9 @@ def test_a_spectral_period_the_season_does_not_match_is_no_cycle(
     import prism.forecasters.hybrid as hybrid
     from prism.primitives.types import Period
 
-    values = {f"c/app{i}/gpus_in_use": _hand_scaled_fleet(i) for i in range(4)}
+    # fleets scaled by hand: the shapes benchmark's stairs (steps of 1-7 GPUs, mostly up)
+    values = {f"c/app{i}/gpus_in_use": _stairs(np.random.default_rng(i), 144 * 21)
+              for i in range(4)}
     fleet = "c/app0/gpus_in_use"
     values[fleet][-100:] = values[fleet][-101] + 3.0  # up 3 GPUs, held for 16 h 40 min
     found = hybrid.find_periods
