@@ -108,7 +108,8 @@ bench-accuracy: $(STAMP)
 # Shapes the accuracy panels lack (idle VCs, bursts, weekday plateaus, sawtooth, inference
 # apps autoscaled or resized by hand, counts, hourly shifts, growth, a fleet scaled by hand
 # in steps, a busy VC drained now and then), generated: PRISM, its newest switches and gbm
-# against the last value (evaluation/results/shapes.md). About 35 minutes on one core.
+# against the last value (evaluation/results/shapes.md). About 40 minutes on one core
+# (four PRISM variants, each about 4 minutes per seed).
 bench-shapes: $(STAMP)
 	$(BIN)/python -m evaluation.benchmarks.shapes --models gbm,prism,prism-hold_tail,prism-hold_gate,prism+quiet_held
 
