@@ -231,6 +231,15 @@ class PrismForecaster(BaseForecaster):
         use_quiet_held: an origin that moved in the last 6 h without a jump and has held
             exactly still for the last hour is a regime of its own (a series of whole steps
             at a new level), apart from one that keeps moving (noise around a level).
+        use_series_veto: a series whose own past windows lost to the last value under the
+            stacker's weights, out of fold (the mean log ratio of its windows in a horizon
+            block above 0: ``group_logs_`` of
+            :class:`~prism.forecasters.stacking.NaiveAnchoredStacker`), keeps the last value
+            in that block, unless it has a cycle: the panel's evidence moves a series only
+            where the series' own evidence does not say the move loses there. On by default:
+            on a generated fleet scaled by hand it takes the last catastrophes away a day
+            ahead, and on the accuracy panels it moves 3 windows' MAE (see
+            `evaluation/README.md`).
         combiner: ``"stacked"`` (meta-learner across the panel, the last value as prior) or
             ``"recent"`` (per-series weights from the last ``combiner_window``).
         stack_window: the tail of each series whose origins train the stacker (at most a
@@ -271,6 +280,7 @@ class PrismForecaster(BaseForecaster):
         use_hold_gate: bool = True,
         use_quiet_held: bool = False,
         use_hold_tail: bool = True,
+        use_series_veto: bool = True,
         combiner: str = "stacked",
         stack_window: str = "4d",
         combiner_window: str = "4d",
@@ -301,6 +311,7 @@ class PrismForecaster(BaseForecaster):
         self.use_hold_gate = use_hold_gate
         self.use_quiet_held = use_quiet_held
         self.use_hold_tail = use_hold_tail
+        self.use_series_veto = use_series_veto
         self.combiner = combiner
         self.stack_window = stack_window
         self.combiner_window = combiner_window
@@ -319,7 +330,7 @@ class PrismForecaster(BaseForecaster):
                                      "use_snap": False, "use_cycle_gate": False,
                                      "use_fresh_jumps": False, "use_short_floor": False,
                                      "use_hold_gate": False, "use_quiet_held": False,
-                                     "use_hold_tail": False}
+                                     "use_hold_tail": False, "use_series_veto": False}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update({**self._ADDED_PARAMS, **state})
@@ -380,6 +391,11 @@ class PrismForecaster(BaseForecaster):
         if stacked:
             self.jump_table_ = self._jump_table(inner)
             self.stacker_ = self._learn_stacker(values, inner, tails)
+            logs = self.stacker_.group_logs_
+            # a series whose own windows lost to the last value under the stacker's weights,
+            # out of fold, keeps the last value in that block (``use_series_veto``)
+            self.vetoed_ = {sid: np.nan_to_num(logs[g], nan=0.0) > 0
+                            for g, sid in enumerate(sorted(values)) if g < len(logs)}
         self.jump_table_ = self._jump_table(values)
 
     def _fit_local(self, values: dict[str, FloatArray]) -> None:
@@ -577,6 +593,7 @@ class PrismForecaster(BaseForecaster):
             n = len(self._stack_names(self._candidate_names()))
             stacker.weights_ = np.zeros((len(stacker.edges), N_REGIMES, n))
             stacker.gain_ = np.zeros((len(stacker.edges), N_REGIMES))
+            stacker.group_logs_ = np.zeros((0, len(stacker.edges)))
             return stacker
         data = StackingData(
             deltas=np.nan_to_num(np.concatenate(deltas, axis=1), nan=0.0),
@@ -744,6 +761,9 @@ class PrismForecaster(BaseForecaster):
             # saved before the quantum existed reads 0: no snapping
             half = 0.5 * getattr(self.state_[series_id], "quantum", 0.0)
             moved = np.where(np.abs(moved) < half, 0.0, moved)
+            vetoed = getattr(self, "vetoed_", {}).get(series_id)
+            if self.use_series_veto and vetoed is not None and not state.has_cycle:
+                moved = np.where(self.stacker_.step_mask(vetoed, steps)[None, :], 0.0, moved)
             if self.use_hold_gate and not state.has_cycle:
                 hold = hold_steps(history, ends, steps, edges=self._block_edges(steps),
                                   tail=self.use_hold_tail)

@@ -141,7 +141,10 @@ class NaiveAnchoredStacker:
         self.random_state = random_state
 
     def fit(self, data: StackingData) -> NaiveAnchoredStacker:
-        """Learn ``weights_`` ``(blocks, regimes, candidates)`` from ``data``."""
+        """Learn ``weights_`` ``(blocks, regimes, candidates)`` from ``data``, and
+        ``group_logs_`` ``(groups, blocks)``: per series, the mean log ratio of its windows'
+        MAE under the kept weights (out of fold; 0 where the last value is kept) to the last
+        value's, NaN for a series without scored windows."""
         n_cand = data.deltas.shape[0]
         n_blocks = len(self.edges)
         self.weights_ = np.zeros((n_blocks, self.n_regimes, n_cand))
@@ -152,6 +155,9 @@ class NaiveAnchoredStacker:
                              else range(self.n_regimes))
         # each regime's family: the origins of every regime split from the same parent
         families = [parents[data.regime] == parents[r] for r in range(self.n_regimes)]
+        # per series and block: the mean out-of-fold log ratio of the kept weights
+        n_groups = int(data.group.max()) + 1 if len(data.group) else 0
+        self.group_logs_ = np.full((n_groups, n_blocks), np.nan)
         lo = 0
         for b, hi in enumerate(self.edges):
             hi = min(hi, data.target.shape[1])
@@ -186,6 +192,10 @@ class NaiveAnchoredStacker:
                 self.gain_[b, r] = gain
             if data.alternative is not None and lo >= self.redirect_after:
                 self._redirect(data, lo, hi, b, scored)
+            ok = np.isfinite(scored)
+            count = np.bincount(data.group[ok], minlength=n_groups)
+            total = np.bincount(data.group[ok], weights=scored[ok], minlength=n_groups)
+            self.group_logs_[:, b] = np.where(count > 0, total / np.maximum(count, 1), np.nan)
             lo = hi
         return self
 
@@ -323,6 +333,19 @@ class NaiveAnchoredStacker:
             logger.info("stacking LP has no optimum: the block keeps the last value")
             return np.zeros(c)
         return np.clip(-marginals, 0.0, 1.0)
+
+    def step_mask(self, blocks: npt.NDArray[np.bool_], steps: int) -> npt.NDArray[np.bool_]:
+        """``(steps,)``: the horizon steps in the flagged blocks (one flag per block, the
+        last block running to ``steps`` as in :meth:`combine`)."""
+        out = np.zeros(steps, dtype=bool)
+        lo = 0
+        for b, hi in enumerate(self.edges):
+            top = steps if b == len(self.edges) - 1 else min(hi, steps)
+            if top <= lo:
+                break
+            out[lo:top] = bool(blocks[b])
+            lo = top
+        return out
 
     def combine(self, deltas: FloatArray, regime: IntArray,
                 alternative: IntArray | None = None) -> FloatArray:

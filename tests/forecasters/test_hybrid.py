@@ -380,9 +380,10 @@ def test_a_model_saved_before_the_week_and_the_snap_loads_as_it_was() -> None:
     model = PrismForecaster(**NO_RNN).fit(_panel({"c/all/gpus_in_use": values}))
     old = pickle.loads(pickle.dumps(model))
     added = ("use_week", "use_snap", "use_cycle_gate", "use_fresh_jumps", "use_short_floor",
-             "use_hold_gate", "use_quiet_held", "use_hold_tail")
+             "use_hold_gate", "use_quiet_held", "use_hold_tail", "use_series_veto")
     for name in added:
         del old.__dict__[name]
+    old.__dict__.pop("vetoed_", None)  # learned by a fit since the series veto
     for name in ("quantum", "repeats"):
         del old.state_["c/all/gpus_in_use"].__dict__[name]
     loaded = pickle.loads(pickle.dumps(old))

@@ -581,3 +581,70 @@ def test_a_regime_weights_do_not_depend_on_regimes_added_after_it(
     before = weights(3)
     shared.clear()
     assert not np.array_equal(weights(5), before)
+
+
+def test_a_series_the_stacker_lost_on_out_of_fold_is_flagged_per_block() -> None:
+    """Where the candidate moves half as far the wrong way on one series of five (1.5 times
+    the last value's error), the pooled weights still pass, but that series' own windows lost
+    to the last value under them, out of fold: its mean log ratio is above 0 in every block,
+    the other series' below."""
+    data = _stacking_data(True)
+    bad = data.group == 4
+    data.deltas[0, bad] = -0.5 * data.target[bad]
+    stacker = NaiveAnchoredStacker(edges=[3, 12], n_regimes=1).fit(data)
+    assert (stacker.weights_[:, 0, 0] > 0.5).all()
+    logs = stacker.group_logs_
+    assert logs.shape == (5, 2)
+    assert (logs[4] > 0).all() and (logs[:4] < 0).all()
+    # the steps of flagged blocks; the last block runs to the forecast's end
+    mask = stacker.step_mask(np.array([False, True]), 15)
+    assert mask.tolist() == [False] * 3 + [True] * 12
+
+
+def test_prism_keeps_the_last_value_for_a_series_its_stacker_lost_on() -> None:
+    # The shapes benchmark's second cluster (seed 4): fleets scaled by hand in steps that go
+    # either way and hold an exponential time, beside growing and drained VCs. The panel's
+    # weights move stairs2 a day ahead (its step held for 6 h by the hold gate, then down
+    # over 2 GPUs); on its own past windows those weights lost to the last value out of fold,
+    # so with ``use_series_veto`` it keeps the last value, and the step held all day.
+    from evaluation.benchmarks.shapes import make_panels
+
+    panel = make_panels(4)["10min-b"]
+    cutoff = pd.Timestamp("2026-01-29 11:50")
+    train = panel[panel["ts"] <= cutoff]
+    model = get_forecaster("prism", use_rnn=False, use_series_veto=True).fit(train)
+    vetoed = model.predict("1d", ())
+    model.use_series_veto = False
+    plain = model.predict("1d", ())
+    sid = "s4/stairs2/gpus_in_use"
+    assert model.vetoed_[sid].all()
+    last = train.loc[train["series_id"] == sid, "value"].iloc[-1]
+    mean = vetoed.loc[vetoed["series_id"] == sid, "mean"].to_numpy()
+    was = plain.loc[plain["series_id"] == sid, "mean"].to_numpy()
+    np.testing.assert_array_equal(mean, last)
+    assert np.abs(was - last).max() > 1.0
+    actual = panel.loc[(panel["series_id"] == sid) & (panel["ts"] > cutoff), "value"]
+    np.testing.assert_array_equal(actual.to_numpy()[:144], last)  # it held
+    # the growing VCs, whose windows the weights won, are forecast as before and still move
+    growing = [s for s in model.vetoed_ if "growth" in s]
+    for other in growing:
+        assert not model.vetoed_[other].any()
+        here = vetoed.loc[vetoed["series_id"] == other, "mean"].to_numpy()
+        np.testing.assert_array_equal(here, plain.loc[plain["series_id"] == other, "mean"])
+        assert np.ptp(here) > 1.0
+    # and a series with a cycle is never vetoed, whatever its windows said (on the generated
+    # deployments the vetoed apps with a daily cycle lost 2 % a day ahead)
+    model.use_series_veto = True
+    assert model.state_[growing[0]].has_cycle
+    model.vetoed_[growing[0]][:] = True
+    again = model.predict("1d", ())
+    np.testing.assert_array_equal(again.loc[again["series_id"] == growing[0], "mean"],
+                                  plain.loc[plain["series_id"] == growing[0], "mean"])
+
+
+def test_prism_on_a_series_too_short_to_stack_forecasts_the_last_value() -> None:
+    # three points: no stacking origin, so no series' windows to veto either
+    model = get_forecaster("prism", **FAST).fit(_panel({"c/a/gpus_in_use":
+                                                        np.array([1.0, 2.0, 3.0])}))
+    assert model.vetoed_ == {}
+    np.testing.assert_array_equal(model.predict(3, ())["mean"], 3.0)
