@@ -108,10 +108,10 @@ bench-accuracy: $(STAMP)
 # Shapes the accuracy panels lack (idle VCs, bursts, weekday plateaus, sawtooth, inference
 # apps autoscaled or resized by hand, counts, hourly shifts, growth, a fleet scaled by hand
 # in steps, a busy VC drained now and then), generated: PRISM, its newest switches and gbm
-# against the last value (evaluation/results/shapes.md). About 40 minutes on one core
-# (four PRISM variants, each about 4 minutes per seed).
+# against the last value (evaluation/results/shapes.md). About 50 minutes on one core
+# (five PRISM variants, each about 4 minutes per seed).
 bench-shapes: $(STAMP)
-	$(BIN)/python -m evaluation.benchmarks.shapes --models gbm,prism,prism-hold_tail,prism-hold_gate,prism+quiet_held
+	$(BIN)/python -m evaluation.benchmarks.shapes --models gbm,prism,prism-series_veto,prism-hold_tail,prism-hold_gate,prism+quiet_held
 
 # Queued GPUs, submissions and capacity as features of the global learners (gbm, and PRISM's
 # gbm candidate), each against itself without them, on both weeks of the accuracy benchmark
