@@ -87,6 +87,7 @@ from prism.forecasters.paths import (
 )
 from prism.forecasters.recent import recent_weights
 from prism.forecasters.regimes import N_REGIMES, PARENTS, Regime
+from prism.forecasters.season import choose_season
 from prism.forecasters.stacking import FLOOR_ONE_STEP, NaiveAnchoredStacker, StackingData
 from prism.primitives.decompose import learn_dictionary
 from prism.primitives.jumps import (
@@ -98,7 +99,7 @@ from prism.primitives.jumps import (
     jump_paths,
     jump_state,
 )
-from prism.primitives.spectral import SpectralRefiner, find_periods, whole_ratio
+from prism.primitives.spectral import SpectralRefiner, find_periods
 from prism.primitives.structure import robust_trend
 
 if TYPE_CHECKING:
@@ -125,22 +126,6 @@ _JUMP_PRIOR = 10.0
 _COMBINERS = ("stacked", "recent")
 #: At most this many series' jumps remembered (``_events``); the memo starts over beyond.
 _EVENTS_MEMO = 4096
-#: With ``use_cycle_gate``, a series without a spectral period keeps its cycle candidates when
-#: its season's lag error is under this share of half a season's.
-_REPEAT_SHARE = 0.5
-#: A week is the season when the series holds two and its last week predicts the next
-#: clearly better (this share of the error, or less) than the best shorter period: the
-#: spectrum of a few weeks rarely shows a weekly period, and a weekday plateau that stops at
-#: the weekend made the daily season candidates forecast Monday morning at Sunday's level
-#: (13 times the last value's MAE over the next 6 h on a generated weekly panel). On the noise
-#: of a random walk a week's lag error is the larger (a day's on the Helios VCs: within 4 %).
-_WEEK_MARGIN = 0.9
-#: A series is periodic when its season and one of its spectral periods are whole multiples,
-#: within this much of their ratio (Helios' day: 149-151 steps in the spectrum, 144 by lag
-#: error). A hand-scaled fleet's steps (a random walk) showed a "period" of 695 steps, 3.1
-#: times in 15 days, beside a season of a day: treated as cycling, its forecast went back to
-#: yesterday's level where the last value held.
-_SEASON_MATCH = 0.1
 
 
 @dataclass
@@ -192,7 +177,8 @@ class PrismForecaster(BaseForecaster):
             [0.996, 1.019] and 1.005 [0.989, 1.021] of PRISM's MAE on the two weeks of the
             accuracy benchmark, everything else 0.995-1.001; see `evaluation/README.md`).
         use_week: a week may be the season of a series that holds two, when its last week
-            predicted the next clearly better than any shorter period (``_WEEK_MARGIN``).
+            predicted the next clearly better than any shorter period
+            (:data:`~prism.forecasters.season.WEEK_MARGIN`).
         use_snap: in a series whose values move in steps of one size (GPUs, replicas,
             counts; :func:`~prism.forecasters.paths.series_quantum`), a forecast less than
             half a step from the last value is the last value: the median of values on that
@@ -200,11 +186,12 @@ class PrismForecaster(BaseForecaster):
             any small move loses without bound against it.
         use_cycle_gate: the cycle candidates (``season``, ``profile``) forecast only a series
             with a period in its spectrum, or whose last season predicted the next far better
-            than half a season did (``_REPEAT_SHARE``); in any other, they repeat yesterday's
-            one-off step, with the weights the stacker learned for them on the panel's cycles
-            (on the generated deployments a day ahead, 0.964 [0.935, 0.986] and 0.963 [0.940,
-            0.981] of the ungated PRISM's MAE on the two weeks of the accuracy benchmark, the
-            other panels within their intervals of 1; see `evaluation/README.md`).
+            than half a season did (:data:`~prism.forecasters.season.REPEAT_SHARE`); in any
+            other, they repeat yesterday's one-off step, with the weights the stacker learned
+            for them on the panel's cycles (on the generated deployments a day ahead, 0.964
+            [0.935, 0.986] and 0.963 [0.940, 0.981] of the ungated PRISM's MAE on the two
+            weeks of the accuracy benchmark, the other panels within their intervals of 1; see
+            `evaluation/README.md`).
         use_fresh_jumps: in a series whose earlier one-point moves mostly held, a last value
             that alone moved as far as a jump does (the rolling median flags a jump one point
             later), from a value that held exactly still for the 6 h before (``_FRESH_HOLD``:
@@ -391,11 +378,6 @@ class PrismForecaster(BaseForecaster):
         if stacked:
             self.jump_table_ = self._jump_table(inner)
             self.stacker_ = self._learn_stacker(values, inner, tails)
-            logs = self.stacker_.group_logs_
-            # a series whose own windows lost to the last value under the stacker's weights,
-            # out of fold, keeps the last value in that block (``use_series_veto``)
-            self.vetoed_ = {sid: np.nan_to_num(logs[g], nan=0.0) > 0
-                            for g, sid in enumerate(sorted(values)) if g < len(logs)}
         self.jump_table_ = self._jump_table(values)
 
     def _fit_local(self, values: dict[str, FloatArray]) -> None:
@@ -466,20 +448,7 @@ class PrismForecaster(BaseForecaster):
         day = max(2, 86_400 // self.freq_s_)
         periods = find_periods(y, freq_s=self.freq_s_, random_state=self.random_state) if (
             len(y) >= 8) else []
-        # the season candidate repeats the period whose last cycle has predicted the next one
-        # best, among the spectral periods and a day (a period's harmonic can outscore it in
-        # the spectrum of a square wave)
-        choices = {int(round(p.steps)) for p in periods} | {day}
-        choices = {c for c in choices if 2 <= c < len(y)} or {min(day, max(1, len(y) - 1))}
-
-        def lag_error(c: int) -> float:
-            return float(np.mean(np.abs(y[c:] - y[:-c])))
-
-        season = min(sorted(choices), key=lag_error)
-        week = 7 * day
-        if self.use_week and week not in choices and len(y) >= 2 * week and (
-                lag_error(week) <= _WEEK_MARGIN * lag_error(season)):
-            season = week
+        season = choose_season(y, periods, day, use_week=self.use_week)
         floor = 0.05 * float(np.std(y))
         empty = (np.zeros(0), np.zeros(0), np.zeros(0))
         sinusoids = empty
@@ -492,12 +461,8 @@ class PrismForecaster(BaseForecaster):
         if panel_table is not None:
             own = self._persistence().fit([(y, self._events(y))])
             jumps = panel_table.shrunk(own, _JUMP_PRIOR)
-        # a cycle the spectrum misses (a noiseless square wave: its background is all leakage)
-        # still repeats: its last season predicts the next far better than half a season does
-        repeats = season >= 4 and lag_error(season) < _REPEAT_SHARE * lag_error(season // 2)
-        periodic = any(whole_ratio(season, p.steps, _SEASON_MATCH) for p in periods)
-        return _SeriesState(season=season, sinusoids=sinusoids, floor=floor, jumps=jumps,
-                            periodic=periodic, repeats=bool(repeats),
+        return _SeriesState(season=season.steps, sinusoids=sinusoids, floor=floor,
+                            jumps=jumps, periodic=season.periodic, repeats=season.repeats,
                             quantum=series_quantum(y) if self.use_snap else 0.0)
 
     def _learn_rnn(self, values: dict[str, FloatArray]) -> SequenceRegressor | None:
@@ -556,7 +521,12 @@ class PrismForecaster(BaseForecaster):
         steps = self.horizon_steps_
         per_series = max(_STACK_ORIGINS, _STACK_PANEL_ORIGINS // max(1, len(values)))
         deltas, targets, groups, orders, regimes, levels, alts = [], [], [], [], [], [], []
-        for g, (sid, v) in enumerate(sorted(values.items())):
+        # series ``g`` of the stacker's groups; a series whose own windows lost to the last
+        # value under its weights, out of fold, keeps the last value there (``vetoed_``)
+        self.vetoed_: dict[str, npt.NDArray[np.bool_]] = {}
+        series = sorted(values)
+        for g, sid in enumerate(series):
+            v = values[sid]
             tail = tails[sid]
             if tail < 1:
                 continue
@@ -601,7 +571,9 @@ class PrismForecaster(BaseForecaster):
             order=np.concatenate(orders), regime=np.concatenate(regimes),
             level=np.concatenate(levels),
             alternative=np.concatenate(alts) if self.use_redirect else None)
-        return stacker.fit(data)
+        stacker.fit(data)
+        self.vetoed_ = {series[g]: logs > 0 for g, logs in enumerate(stacker.group_logs_)}
+        return stacker
 
     def _candidate_names(self) -> list[str]:
         """The candidates this fitted configuration forecasts with."""

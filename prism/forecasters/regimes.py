@@ -16,7 +16,7 @@ per regime of the origin; :meth:`PrismForecaster._regimes
   deployments a day that repeated predicts the next (the season candidate's day-ahead MAE
   was 0.65x the last value's after such a day, 8x after one that did not, geometric means
   over origins that moved), and the quiet regime's weights had bet on the season for both.
-  Only a series whose season its spectrum confirms (``hybrid._SEASON_MATCH``) cycles: a
+  Only a series whose season its spectrum confirms (``season.SEASON_MATCH``) cycles: a
   random walk's last day stays closer to the day before than to where it started one time
   in five by chance, and in the cycling regime it took the weights its panel's daily cycles
   earned.

@@ -41,6 +41,7 @@ their own; see `evaluation/README.md`).
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -334,17 +335,22 @@ class NaiveAnchoredStacker:
             return np.zeros(c)
         return np.clip(-marginals, 0.0, 1.0)
 
-    def step_mask(self, blocks: npt.NDArray[np.bool_], steps: int) -> npt.NDArray[np.bool_]:
-        """``(steps,)``: the horizon steps in the flagged blocks (one flag per block, the
-        last block running to ``steps`` as in :meth:`combine`)."""
-        out = np.zeros(steps, dtype=bool)
+    def _spans(self, steps: int) -> Iterator[tuple[int, int, int]]:
+        """``(block, first step, end)`` of each block a forecast of ``steps`` reaches; the
+        last block runs to ``steps``."""
         lo = 0
         for b, hi in enumerate(self.edges):
             top = steps if b == len(self.edges) - 1 else min(hi, steps)
             if top <= lo:
-                break
-            out[lo:top] = bool(blocks[b])
+                return
+            yield b, lo, top
             lo = top
+
+    def step_mask(self, blocks: npt.NDArray[np.bool_], steps: int) -> npt.NDArray[np.bool_]:
+        """``(steps,)``: the horizon steps in the flagged blocks (one flag per block)."""
+        out = np.zeros(steps, dtype=bool)
+        for b, lo, top in self._spans(steps):
+            out[lo:top] = bool(blocks[b])
         return out
 
     def combine(self, deltas: FloatArray, regime: IntArray,
@@ -364,17 +370,12 @@ class NaiveAnchoredStacker:
         redirect = getattr(self, "redirect_", None)  # None in a model saved before it
         d = np.nan_to_num(deltas, nan=0.0, posinf=0.0, neginf=0.0)
         out = np.zeros((n_orig, steps))
-        lo = 0
-        for b, hi in enumerate(self.edges):
-            top = steps if b == len(self.edges) - 1 else min(hi, steps)
-            if top <= lo:
-                break
+        for b, lo, top in self._spans(steps):
             here = regime
             if redirect is not None and alternative is not None:
                 here = np.where(redirect[b, regime] & known, alternative, regime)
             w = self.weights_[b, here] * known[:, None]  # (O, C)
             out[:, lo:top] = np.einsum("oc,cos->os", w, d[:, :, lo:top])
-            lo = top
         return out
 
 
