@@ -127,6 +127,7 @@ def test_stratified_sample_spreads_over_clusters_and_metrics() -> None:
 
 
 # -- backends -----------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_a_global_batch_forecasts_what_one_in_memory_fit_does_with_1_or_2_workers(
     small: tuple[Store, pd.DataFrame]
 ) -> None:
@@ -166,6 +167,7 @@ def test_export_streams_every_format(small: tuple[Store, pd.DataFrame], tmp_path
         batch.export_run(store, report.run_id, tmp_path / "x.txt")
 
 
+@pytest.mark.slow
 def test_global_model_learns_from_the_sample_and_serves_every_series(
     small: tuple[Store, pd.DataFrame]
 ) -> None:
@@ -181,6 +183,7 @@ def test_global_model_learns_from_the_sample_and_serves_every_series(
     pd.testing.assert_frame_equal(batch.run_frame(store, report.run_id), want, check_exact=True)
 
 
+@pytest.mark.slow
 def test_batch_backtest_matches_evaluation_backtest(small: tuple[Store, pd.DataFrame]) -> None:
     store, panel = small
     short = synthetic_panel(1, days=20 / 144, seed=3).assign(series_id="c9/short/gpus_in_use")
@@ -344,6 +347,7 @@ def db(tmp_path: Path) -> tuple[str, pd.DataFrame]:
     return path, panel
 
 
+@pytest.mark.slow
 def test_cli_batch_forecast_and_backtest(tmp_path: Path, db: tuple[str, pd.DataFrame],
                                          capsys: pytest.CaptureFixture[str]) -> None:
     path, panel = db

@@ -57,7 +57,8 @@ def _saved_forecasts(root: Path, model_ids: tuple[str, ...], horizon: str) -> pd
 # -- the engine ---------------------------------------------------------------------------------
 @pytest.mark.parametrize(("alias", "params"), [
     ("seasonal_naive", {"season": "1h"}),
-    ("prism", {**PRISM_SMALL, "use_rnn": False}),  # with its RNN: the (slow) Ray test
+    pytest.param("prism", {**PRISM_SMALL, "use_rnn": False},  # with its RNN: the Ray test
+                 marks=pytest.mark.slow),
 ])
 def test_a_batch_forecast_with_save_keeps_one_model_per_chunk_forecasting_the_same(
     small: tuple[Store, pd.DataFrame], tmp_path: Path, alias: str, params: dict[str, Any]
@@ -189,6 +190,7 @@ def db(tmp_path: Path) -> tuple[str, pd.DataFrame]:
     return path, panel
 
 
+@pytest.mark.slow
 def test_cli_refit_then_forecast_from_the_saved_models(
     tmp_path: Path, db: tuple[str, pd.DataFrame], capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -189,6 +189,7 @@ def _report_cells(html: str) -> dict[str, dict[str, float]]:
     return out
 
 
+@pytest.mark.slow
 def test_the_cli_the_api_and_the_report_give_one_set_of_numbers(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     db = _one_store(tmp_path)

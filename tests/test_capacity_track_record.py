@@ -263,6 +263,7 @@ def test_the_report_scores_ended_plans_and_warns_when_they_lose(tmp_path: Path) 
     assert "<table class='track-record'" in quiet
 
 
+@pytest.mark.slow
 def test_the_report_says_when_no_plan_has_ended_yet(tmp_path: Path) -> None:
     db, _ = _lab(tmp_path)
     html = unescape(_report(db, tmp_path / "first.html", "--no-record"))

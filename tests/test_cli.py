@@ -158,6 +158,7 @@ def test_ingest_shows_progress_on_stderr(tmp_path: Path, jobs_file: Path,
     assert "rows added" in captured.out and "derive" not in captured.out
 
 
+@pytest.mark.slow
 def test_forecast_command(tmp_path: Path, traces: Path, capsys: pytest.CaptureFixture[str]) -> None:
     db = str(tmp_path / "prism.duckdb")
     vc = traces / "helios_earth_vc" / "earth_vc6YE_1min.csv.gz"

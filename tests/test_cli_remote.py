@@ -61,6 +61,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path
     assert not server_file(db).exists()  # the server takes its announcement away
 
 
+@pytest.mark.slow
 def test_the_store_is_locked_while_the_server_runs(served: tuple[str, Path]) -> None:
     import duckdb
 
@@ -109,6 +110,7 @@ def test_ingest_beside_the_server_adds_rows_once(
     assert _stored(db, "remote/all/gpus_in_use") == [1.0, 2.0, 3.0, 4.0]
 
 
+@pytest.mark.slow
 def test_ingest_with_map_and_option_goes_through_the_api(
         served: tuple[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # --map and --option were refused beside a server ("not sent through the API yet")
@@ -141,6 +143,7 @@ def test_a_node_list_goes_through_the_api_with_its_notes(
     assert "did you mean 'cluster-0'?" in shown.err
 
 
+@pytest.mark.slow
 def test_capacity_forecast_refit_report_and_export(
         served: tuple[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     db, _ = served

@@ -257,6 +257,7 @@ def test_series_show_json_times_are_utc_with_z(db: str,
 
 
 # -- progress --------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_report_progress_on_a_terminal_only(db: str, tmp_path: Path,
                                             monkeypatch: pytest.MonkeyPatch,
                                             capsys: pytest.CaptureFixture[str]) -> None:
@@ -308,6 +309,7 @@ def test_forecast_all_progress_on_a_terminal_only_and_the_same_forecast(
 
 
 # -- stdin -----------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_ingest_reads_stdin(tmp_path: Path) -> None:
     store = str(tmp_path / "s.duckdb")
     done = _prism("ingest", "-", "--format", "slurm-sacct", "-q", "--db", store,

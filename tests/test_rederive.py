@@ -97,7 +97,7 @@ def test_a_span_too_long_for_the_freq_names_the_row_and_changes_nothing(tmp_path
     path = tmp_path / "long.csv"
     path.write_text(JOBS + "j9,c,vc,1,2026-01-05T00:00:00,2026-01-05T00:00:00,"
                     "2030-01-05T00:00:00\n", encoding="utf-8")
-    assert _ingest(db, path) == 0  # 210,384 buckets of 10min: fine
+    assert _ingest(db, path, "jobs-csv", "--freq", "1h") == 0  # 35,064 buckets of 1h: fine
     before = _series(db)
     with Store.open(db) as store, pytest.raises(IngestError) as caught:
         rederive_cluster(store, "c", freq="1min")  # 2.1M buckets: too many

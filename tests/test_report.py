@@ -342,6 +342,7 @@ def planner(tmp_path_factory: pytest.TempPathFactory) -> Planner:
     return Planner(db, response.json(), output.read_text(encoding="utf-8"), output)
 
 
+@pytest.mark.slow
 def test_one_planning_table_totals_one_partition(planner: Planner) -> None:
     html = planner.html
     # one planning table for the cluster, none per scope

@@ -52,6 +52,7 @@ def _ts(ms: int) -> pd.Timestamp:
     return pd.Timestamp(ms, unit="ms")
 
 
+@pytest.mark.slow
 def test_ticks_pull_new_points_once_and_refit_only_the_series_that_got_them(
     tmp_path: Path, prometheus: FakePrometheus, monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],

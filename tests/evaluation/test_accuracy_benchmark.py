@@ -12,6 +12,7 @@ from evaluation.benchmarks import accuracy
 from prism.errors import ConfigError
 
 
+@pytest.mark.slow
 def test_quick_run_writes_the_tables_with_naive_as_the_exact_baseline(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "results"

@@ -49,6 +49,7 @@ def test_missing_covariates_are_nan_not_zero() -> None:
     assert np.isnan(cov.covariate_features(None, at, np.ones(2), np.ones(2), 6)).all()
 
 
+@pytest.mark.slow
 def test_a_queue_that_leads_the_series_makes_the_learner_better() -> None:
     # 8-GPU jobs queue for an hour, then run for an hour: the queue says what starts over the
     # next hour, which the series' own past cannot

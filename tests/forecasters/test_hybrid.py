@@ -206,6 +206,7 @@ def test_a_weekday_plateau_has_a_weekly_season() -> None:
     assert daily.state_["c/mon/gpus_in_use"].season == 144
 
 
+@pytest.mark.slow
 def test_a_move_smaller_than_half_the_series_step_is_no_move() -> None:
     # Idle VCs that run 8- and 16-GPU jobs now and then, beside bursty ones. The value is
     # always a multiple of 8, so a forecast 0.04 GPUs off the last value is no better than
@@ -265,6 +266,7 @@ def _autoscaled_and_manual_apps() -> dict[str, np.ndarray]:
     return values
 
 
+@pytest.mark.slow
 def test_a_step_at_the_last_point_is_a_jump_that_holds() -> None:
     # Each hand-sized app was resized by +30 GPUs at the very last point. The rolling median
     # flags a jump one point later; until then the reversion candidate took the new value
@@ -306,6 +308,7 @@ def test_a_step_at_the_last_point_is_a_jump_that_holds() -> None:
     np.testing.assert_array_equal(fresh.stacker_.weights_, before.stacker_.weights_)
 
 
+@pytest.mark.slow
 def test_a_one_off_step_yesterday_is_not_a_cycle_in_a_series_without_one() -> None:
     # Autoscaled apps that cycle every day, beside apps resized by hand (steps that hold).
     # One of those went to 56 GPUs yesterday 04:40-09:10 only and has held 28 since. The

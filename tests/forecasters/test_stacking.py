@@ -456,6 +456,7 @@ def test_the_meta_learner_never_sees_a_test_window() -> None:
     assert not np.array_equal(first["value"].to_numpy(), second["value"].to_numpy())
 
 
+@pytest.mark.slow
 def test_bands_cover_after_a_regime_change() -> None:
     # Demand that gets three times as volatile four days before the backtest: the calibration
     # tail straddles the change, and the 90 % bands still cover 88-92 % of what follows.
@@ -601,6 +602,7 @@ def test_a_series_the_stacker_lost_on_out_of_fold_is_flagged_per_block() -> None
     assert mask.tolist() == [False] * 3 + [True] * 12
 
 
+@pytest.mark.slow
 def test_prism_keeps_the_last_value_for_a_series_its_stacker_lost_on() -> None:
     # The shapes benchmark's second cluster (seed 4): fleets scaled by hand in steps that go
     # either way and hold an exponential time, beside growing and drained VCs. The panel's

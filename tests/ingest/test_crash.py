@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from prism.ingest.pipeline import ingest
 from prism.store import Store
@@ -38,6 +39,7 @@ def _counts(db: Path) -> tuple[int, int, int]:
     return int(jobs[0]), int(ingests[0]), int(values[0])
 
 
+@pytest.mark.slow
 def test_sigkill_mid_ingest_leaves_all_or_nothing(tmp_path: Path) -> None:
     db = tmp_path / "prism.duckdb"
     small, big = tmp_path / "small.csv", tmp_path / "big.csv"

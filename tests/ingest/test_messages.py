@@ -84,6 +84,7 @@ def test_text_that_is_no_time_is_still_not_a_time(tmp_path: Path,
 
 
 # -- a span of too many buckets ------------------------------------------------------------------
+@pytest.mark.slow
 def test_an_end_in_2099_names_file_line_column_and_the_limit(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     db = tmp_path / "s.duckdb"

@@ -218,6 +218,7 @@ def _row(draw: st.DrawFn) -> list[str]:
     return [draw(st.sampled_from(["fresh"] * 6 + ["j0", ""])), *row.values()]
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None)
 @given(rows=st.lists(_row(), min_size=1, max_size=6))
 @example(rows=[["j0", "c", "vc1", "A100", "1", "x", *["2026-01-05T00:00:00"] * 3, "OK"]])

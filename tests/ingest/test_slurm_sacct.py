@@ -254,6 +254,7 @@ _FIELD = st.one_of(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=_FIXTURE_OK)
 @given(rows=st.lists(st.lists(_FIELD, min_size=7, max_size=11), max_size=6),
        on_error=st.sampled_from(["fail", "skip"]))

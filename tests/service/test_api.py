@@ -186,6 +186,7 @@ def test_ingest_is_idempotent_for_files_records_and_raw_bodies(client: TestClien
     assert [p["value"] for p in values.json()["points"]] == [4.0, 5.0]
 
 
+@pytest.mark.slow
 def test_capacity_equals_the_arithmetic_on_the_forecast(client: TestClient,
                                                         trace: Trace) -> None:
     installed = pd.read_csv(trace.capacity)

@@ -91,6 +91,7 @@ def test_a_runaway_fit_does_not_hold_up_another_series(store: Store, tmp_path: P
         hub.close()
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("slow_registered")
 def test_a_fit_past_its_budget_is_killed_and_refused_for_a_while(store: Store,
                                                                  tmp_path: Path) -> None:

@@ -265,6 +265,7 @@ def test_models_past_the_limit_leave_memory_and_reload_from_the_registry(
         store.close()
 
 
+@pytest.mark.slow
 def test_the_hub_imports_the_forecasting_libraries_before_its_threads(tmp_path: Path) -> None:
     # two threads importing scikit-learn at once (the warm-up fit, a request loading a saved
     # model) made Python raise _DeadlockError in one of them: start() imports them first, in

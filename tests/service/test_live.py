@@ -22,6 +22,7 @@ from service.app import create_app
 from tests.service.conftest import SERIES, LiveServer, Trace, make_settings
 
 
+@pytest.mark.slow
 def test_client_forecast_capacity_and_ingest(live: LiveServer, trace: Trace,
                                              tmp_path: Path) -> None:
     with PrismClient(live.url, token="") as prism:
@@ -162,6 +163,7 @@ def test_concurrent_ingests_and_forecasts_lose_nothing(settings: Settings) -> No
     assert loads == (8 * batches,)
 
 
+@pytest.mark.slow
 def test_prism_serve_runs_the_api(trace: Trace, tmp_path: Path) -> None:
     settings = make_settings(trace, tmp_path)
     with socket.socket() as sock:

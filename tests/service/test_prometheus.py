@@ -164,6 +164,7 @@ def test_forecast_gauges_equal_the_forecast_served(client: TestClient) -> None:
     assert "series_id=" not in client.get("/metrics").text  # none of it on the open route
 
 
+@pytest.mark.slow
 def test_capacity_gauges_equal_the_plan_served(client: TestClient) -> None:
     plan = client.get("/v1/capacity", params={"cluster": "cluster-0", "horizon": "6h"})
     assert plan.status_code == 200, plan.text
@@ -208,6 +209,7 @@ def _exprs(panels: list[dict[str, object]]) -> list[str]:
     return out
 
 
+@pytest.mark.slow
 def test_dashboard_and_scaler_name_only_metrics_the_exposition_has(client: TestClient) -> None:
     lab = "lab/all/gpus_in_use"
     t0 = pd.Timestamp("2026-03-01")
