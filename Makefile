@@ -99,6 +99,7 @@ THREADS := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 test: lint typecheck chromium
 	$(THREADS) PRISM_REQUIRE_CHROMIUM=1 PRISM_REQUIRE_TRACES=1 \
 		$(BIN)/pytest -n $(TEST_JOBS) --dist worksteal $(if $(filter 1,$(SLOW)),,-m "not slow")
+	@$(if $(filter 1,$(SLOW)),true,echo "(the tests marked slow were left out: make test SLOW=1 runs them too, as CI does)")
 
 bench: $(STAMP)
 	$(BIN)/python -m evaluation.benchmarks.ingest
