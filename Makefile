@@ -95,11 +95,12 @@ chromium:
 # in one session, and CI (.ci/run) runs that.
 TEST_JOBS ?= 2
 SLOW ?= 0
+NOT_SLOW := $(if $(filter 1,$(SLOW)),,-m "not slow")
 THREADS := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 test: lint typecheck chromium
 	$(THREADS) PRISM_REQUIRE_CHROMIUM=1 PRISM_REQUIRE_TRACES=1 \
-		$(BIN)/pytest -n $(TEST_JOBS) --dist worksteal $(if $(filter 1,$(SLOW)),,-m "not slow")
-	@$(if $(filter 1,$(SLOW)),true,echo "(the tests marked slow were left out: make test SLOW=1 runs them too, as CI does)")
+		$(BIN)/pytest -n $(TEST_JOBS) --dist worksteal $(NOT_SLOW)
+	$(if $(NOT_SLOW),@echo "(the tests marked slow were left out: make test SLOW=1 runs them too, as CI does)")
 
 bench: $(STAMP)
 	$(BIN)/python -m evaluation.benchmarks.ingest

@@ -200,4 +200,5 @@ def require() -> None:
     if required():
         pytest.fail("chromium is missing: make test installs it (apt-get install chromium)")
     pytest.skip("chromium is not installed: this page test needs a real browser; `make test` "
-                "installs it, and there a missing chromium fails the test instead")
+                "installs it, and `make test SLOW=1` (what CI runs) runs this slow test, where a "
+                "missing chromium fails it instead")
