@@ -42,7 +42,7 @@ run: $(RUN_STAMP)
 		--models-dir $(DEMO)/models --horizon 6h --quantiles 0.5,0.9,0.99
 	$(BIN)/prism --db $(DB) backtest --models prism,naive,seasonal_naive \
 		--cluster cluster-0 --metric gpus_in_use --horizon 1d --windows 7
-	$(BIN)/prism --db $(DB) capacity --cluster cluster-0 --horizon 1d --quantile 0.95 \
+	$(BIN)/prism --db $(DB) capacity --cluster cluster-0 --horizon 1d --quantile 0.95 --pool \
 		--models-dir $(DEMO)/models
 	$(BIN)/prism --db $(DB) report --cluster cluster-0 --output $(DEMO)/report.html \
 		--models-dir $(DEMO)/models

@@ -359,6 +359,16 @@ class PrismClient:
         rows: list[dict[str, Any]] = data["procurement"]["rows"]
         return rows
 
+    def pool(self, cluster: str, *, horizon: str = "1d", quantile: float = 0.95,
+             model: str | None = None, max_unmet: float | str | None = None) -> dict[str, Any]:
+        """The shared-pool alternative (``prism capacity --pool``): each VC's quota, the
+        pool, their totals, the shares and how they did on the replayed days, as the API's
+        ``pool`` object."""
+        data = self._capacity(cluster, scope=None, horizon=horizon, quantile=quantile,
+                              model=model, pool="true", max_unmet=max_unmet)
+        pool: dict[str, Any] = data["pool"]
+        return pool
+
     def _capacity(self, cluster: str, *, scope: str | None, horizon: str, quantile: float,
                   model: str | None, **extra: object) -> dict[str, Any]:
         """``GET /v1/capacity`` as JSON (``extra``: further query fields, ``None`` left out)."""

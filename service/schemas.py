@@ -396,6 +396,10 @@ class CapacityQuery(QueryModel):
     day_floor: bool = Field(default=True, description="size each scope at least for what the "
                             "last 24 h used and, if its weekends differ from its weekdays, the "
                             "latest day of its kind (false: the forecast's quantile alone)")
+    pool: bool = Field(default=False, description="also the shared-pool alternative: a "
+                       "quota per VC and one pool they all borrow from, the shares chosen on "
+                       "the VCs' last 7 days (at most max_unmet unmet there, 0.3 % by "
+                       "default); the whole cluster only (no scope)")
 
     @field_validator("max_unmet", mode="before")
     @classmethod
@@ -481,6 +485,37 @@ class MoveOut(BaseModel):
     text: str
 
 
+class PoolVcOut(BaseModel):
+    """One VC's part of the shared pool."""
+
+    scope: str
+    needed: float = Field(description="GPUs its plan needs over the window")
+    quota: int = Field(description="GPUs it keeps as its own; the rest it borrows")
+
+
+class PoolOut(BaseModel):
+    """The shared-pool alternative to sizing each VC apart (``pool=true``)."""
+
+    cluster: str
+    quota_share: float = Field(description="each VC's own share of what it needs")
+    pool_share: float = Field(description="the pool, a share of the VCs' needs added up")
+    pool_gpus: int
+    per_vc_gpus: int = Field(description="the VCs' needs added up, each rounded up")
+    pooled_gpus: int = Field(description="the quotas plus the pool")
+    capacity: float | None = Field(description="the VCs' capacities added up (none: one "
+                                   "is unknown)")
+    days: int = Field(description="days replayed to choose the shares on")
+    max_unmet: float
+    saved_share: float = Field(description="static-peak idle GPU-hours the pooled plan "
+                               "saved over those days")
+    unmet_share: float
+    per_vc_saved_share: float = Field(description="the same, each VC sized apart at its "
+                                      "day-kind peak")
+    per_vc_unmet_share: float
+    vcs: list[PoolVcOut]
+    text: str
+
+
 class CapacityOut(BaseModel):
     """The capacity table of a cluster and the moves between its VCs."""
 
@@ -496,6 +531,8 @@ class CapacityOut(BaseModel):
     quantile_choice: list[QuantileChoiceOut] = Field(default_factory=list)
     procurement: ProcurementOut | None = Field(default=None, description="the plan for "
                                                "buying, when asked (procurement=30d)")
+    pool: PoolOut | None = Field(default=None, description="the shared-pool alternative, "
+                                 "when asked (pool=true)")
 
 
 class QuantileChoiceOut(BaseModel):
@@ -641,6 +678,8 @@ class ReportQuery(QueryModel):
     record: bool = Field(default=True, description="keep the served plan in the store for "
                          "the report's track record (false: a what-if)")
     day_floor: bool = Field(default=True, description="as `GET /v1/capacity`'s")
+    pool: bool = Field(default=False, description="also each cluster's shared-pool "
+                       "alternative, as `GET /v1/capacity`'s")
 
 
 # -- ingest -------------------------------------------------------------------------------------

@@ -6,7 +6,9 @@ and the report give one set of numbers. ``--max-unmet 0.3%`` chooses each scope'
 from the planning backtest. ``prism capacity --procurement 30d`` adds the plan for buying
 beside the day-ahead plan (a flag rather than a command: one run answers both "what to lend
 today" and "what to buy this month", with the same cluster, capacities and growth, and as
-``GET /v1/capacity?procurement=30d``). Both show a progress bar per stage on a terminal.
+``GET /v1/capacity?procurement=30d``). ``--pool`` adds the shared-pool alternative (a quota
+per VC and one pool they borrow from; :mod:`prism.usecases.pool`). Both show a progress bar
+per stage on a terminal.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from prism.capacity import CapacityPlan, Watts
+    from prism.capacity_pool import PoolAdvice
     from prism.procurement import ProcurementPlan
     from prism.usecases.capacity import QuantileChoices, SavedModels
 
@@ -146,6 +149,7 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
         plan_cluster_procurement,
         procurement_days,
     )
+    from prism.usecases.pool import plan_cluster_pool
 
     check_output(args.output, args.format)
     if args.output == "-" and args.json:
@@ -154,10 +158,12 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
     max_unmet = _max_unmet(args)  # bad values fail before any work
     if args.procurement is not None:
         procurement_days(args.procurement)
+    if args.pool and args.scope:
+        raise ConfigError("--pool pools every VC of the cluster: drop --scope")
     source = _source(args)
     capacities = read_capacity_table(args.capacity) if args.capacity else None
     reservations = read_reservations(args.reservations) if args.reservations else []
-    choice, procurement = None, None
+    choice, procurement, pool = None, None, None
     with (progress_bar(progress_wanted(args.quiet)) as bar,
           usecases.open_store(args.db, must_exist=True) as store):
         if max_unmet is not None:
@@ -175,6 +181,8 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
                 store, args.cluster, scope=args.scope, horizon=args.procurement,
                 weeks=args.trend_weeks, quantile=args.quantile, growth=args.growth,
                 capacity_table=capacities, progress=bar)
+        if args.pool:
+            pool = plan_cluster_pool(store, plan, max_unmet=max_unmet)
     _notes(source)
     if args.output:
         where = write_output(plan.steps, args.output, args.format)
@@ -193,12 +201,29 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
             "quantile_choice": choice.records() if choice is not None else []}
         if procurement is not None:
             data["procurement"] = procurement_json(procurement, steps=args.steps)
+        if pool is not None:
+            data["pool"] = pool.records()
         _out.print_json(json.dumps(data, default=json_default))
         return 0
     print_plan(plan, growth=args.growth, choice=choice)
     if procurement is not None:
         print_procurement(procurement)
+    if pool is not None:
+        print_pool(pool)
     return 0
+
+
+def print_pool(pool: PoolAdvice) -> None:
+    """The shared-pool alternative: each VC's quota and the pool, and why."""
+    _out.print("shared pool (the alternative to sizing each VC apart):")
+    for vc in pool.records()["vcs"]:
+        _out.print(f"  {vc['scope']}: keeps {vc['quota']} GPUs of the {vc['needed']:.1f} it "
+                   "needs; the rest from the pool", markup=False)
+    _out.print(f"  pool: {pool.pool_gpus} GPUs; in all {pool.pooled_gpus} GPUs against "
+               f"{pool.per_vc_gpus} sized VC by VC"
+               + (f" and the VCs' {pool.capacity:g} installed" if pool.capacity else ""),
+               markup=False)
+    _out.print(f"  why: {pool.text}", markup=False)
 
 
 def procurement_json(plan: ProcurementPlan, *, steps: bool = False) -> dict[str, Any]:
@@ -303,7 +328,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
             store, source, clusters=args.cluster, horizon=args.horizon,
             quantile=args.quantile, capacity_table=capacities, watts=_watts(args.watts_per_gpu),
             output=args.output, pdf=args.pdf, max_unmet=max_unmet, record=not args.no_record,
-            day_floor=not args.no_day_floor,
+            day_floor=not args.no_day_floor, pool=args.pool,
             # its stages, counted on one bar
             progress=(lambda _stage, done, n: bar("report", done, n)) if bar else None)
     _notes(source)
@@ -425,6 +450,11 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
                    "HORIZON (e.g. 30d, 12w) from its trend, and when capacity runs out")
     p.add_argument("--trend-weeks", type=int, default=4, metavar="N",
                    help="with --procurement: weeks of daily peaks the trend is fitted on")
+    p.add_argument("--pool", action="store_true",
+                   help="also the shared-pool alternative: a quota per VC and one pool they "
+                   "all borrow from, its shares chosen on the VCs' last 7 days (at most "
+                   "--max-unmet unmet there, 0.3%% by default); for a scheduler that lends "
+                   "quota between VCs")
     p.add_argument("--steps", action="store_true", help="with --json: the GPUs needed at "
                    "each step too (and each projected day)")
     output_flags(p, "also write the GPUs needed at each step", table=False)
@@ -440,6 +470,8 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
                    help="CSV scope,gpus[,cluster] overriding the store's capacities")
     p.add_argument("--watts-per-gpu", metavar="IDLE,BUSY",
                    help="power of one GPU idle and busy in watts (default 60,300)")
+    p.add_argument("--pool", action="store_true",
+                   help="also each cluster's shared-pool alternative (as capacity --pool)")
     p.set_defaults(func=_cmd_report)
 
     p = sub.add_parser("track-record", help="served capacity plans whose window has ended, "

@@ -167,11 +167,12 @@ def run_refit(args: argparse.Namespace, info: ServerInfo) -> int:
 def run_capacity(args: argparse.Namespace, info: ServerInfo) -> int:
     if (args.capacity or args.reservations or args.output or args.growth != 1.0 or args.param
             or getattr(args, "refit", False) or getattr(args, "models_dir", None)
-            or getattr(args, "procurement", None)):
+            or getattr(args, "procurement", None) or getattr(args, "pool", False)):
         raise ConfigError("through the server, `prism capacity` takes --scope, --horizon, "
                           "--quantile, --max-unmet, --no-record, --no-day-floor and --model "
                           "(the server's own saved models); stop the server for the other "
-                          "options (the procurement plan: GET /v1/capacity?procurement=30d)")
+                          "options (the procurement plan: GET /v1/capacity?procurement=30d;"
+                          " the shared pool: GET /v1/capacity?pool=true)")
     with _client(info) as client:
         rows, moves = client.capacity_plan(args.cluster, scope=args.scope,
                                            horizon=args.horizon, quantile=args.quantile,
@@ -210,7 +211,7 @@ def run_report(args: argparse.Namespace, info: ServerInfo) -> int:
 
     if (args.pdf or args.capacity or args.param or (args.cluster and len(args.cluster) > 1)
             or getattr(args, "refit", False) or getattr(args, "models_dir", None)
-            or getattr(args, "max_unmet", None) is not None):
+            or getattr(args, "max_unmet", None) is not None or getattr(args, "pool", False)):
         raise ConfigError("through the server, `prism report` takes one --cluster, --horizon,"
                           " --quantile, --no-record, --no-day-floor and --model; stop the "
                           "server for the other options")

@@ -152,3 +152,61 @@ def _choose(scored: Mapping[tuple[float, float], pd.DataFrame], cutoffs: Sequenc
     chosen = best if best is not None else least
     assert chosen is not None
     return chosen
+
+
+@dataclass(frozen=True)
+class PoolChoice:
+    """The ``(quota, pool)`` chosen on replayed windows, and what it and the per-series plan
+    did there.
+
+    Attributes:
+        quota / pool: the chosen shares.
+        windows: the windows it was chosen on.
+        saved_share / unmet_share: the pooled plan's over those windows.
+        per_series_saved_share / per_series_unmet_share: the per-series plan's (``quota=1,
+            pool=0``) over the same windows.
+        max_unmet: the unmet share the choice had to meet (``unmet_share`` is above it where
+            no pair met it: then the pair leaving least unmet).
+    """
+
+    quota: float
+    pool: float
+    windows: int
+    saved_share: float
+    unmet_share: float
+    per_series_saved_share: float
+    per_series_unmet_share: float
+    max_unmet: float
+
+
+def choose_pool(levels: pd.DataFrame, plan: str, *, freq_s: int,
+                max_unmet: float = MAX_UNMET, capacity: Mapping[str, float] | None = None,
+                quotas: Sequence[float] = QUOTAS,
+                pools: Sequence[float] = POOLS) -> PoolChoice:
+    """The ``(quota, pool)`` saving most over all windows of ``levels`` with at most
+    ``max_unmet`` of their demand unmet (else the pair leaving least unmet), as
+    :func:`pooled_backtest` chooses for each window from the ones before it.
+
+    Raises:
+        ConfigError: for levels without a window.
+    """
+    cutoffs = sorted(levels[CUTOFF].unique())
+    if not cutoffs:
+        raise ConfigError("no replayed window to choose a pool on: the series need at "
+                          "least a day of history before the plan")
+    grid = {(float(q), float(p)) for q in quotas for p in pools} | {(1.0, 0.0)}
+    scored = {pair: pooled_scores(levels, plan, quota=pair[0], pool=pair[1], freq_s=freq_s,
+                                  capacity=capacity).set_index(CUTOFF)
+              for pair in sorted(grid)}
+    pair = _choose(scored, cutoffs, max_unmet)
+
+    def shares(frame: pd.DataFrame) -> tuple[float, float]:
+        demand = float(frame["demand_gpu_hours"].sum())
+        static = float(frame["static_idle_gpu_hours"].sum())
+        saved = 1.0 - float(frame["idle_gpu_hours"].sum()) / static if static > 0 else 0.0
+        return saved, float(frame["unmet_gpu_hours"].sum()) / demand if demand > 0 else 0.0
+
+    saved, unmet = shares(scored[pair])
+    alone_saved, alone_unmet = shares(scored[1.0, 0.0])
+    return PoolChoice(pair[0], pair[1], len(cutoffs), saved, unmet, alone_saved, alone_unmet,
+                      float(max_unmet))

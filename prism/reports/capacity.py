@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from prism.capacity import CapacityPlan
+from prism.capacity_pool import PoolAdvice
 from prism.errors import ConfigError
 from prism.evaluation.planning import YESTERDAY, versus_reference
 from prism.primitives.decompose import SeriesDecomposition
@@ -101,6 +102,8 @@ class ClusterSection:
         planning_by_series: the same per series.
         planning_note: how the planning backtest was run, or why there is none.
         track_record: the plans served before, against what happened, or ``None``.
+        pool: the shared-pool alternative, when asked, or ``None``.
+        pool_note: why a pool asked for is not there.
     """
 
     cluster: str
@@ -110,6 +113,8 @@ class ClusterSection:
     planning_by_series: pd.DataFrame | None = None
     planning_note: str = ""
     track_record: TrackRecord | None = None
+    pool: PoolAdvice | None = None
+    pool_note: str = ""
 
 
 @dataclass(frozen=True)
@@ -215,6 +220,10 @@ def _cluster_html(section: ClusterSection, data: ReportData) -> str:
         out.append("<h4>Why</h4><ul class='advice'>" + "".join(
             f"<li data-scope='{escape(r.scope)}'><b>{escape(r.scope)}</b>: "
             f"{escape(r.recommendation)}. {escape(r.reason)}.</li>" for r in rows) + "</ul>")
+    if section.pool is not None:
+        out.append(_pool_html(section.pool))
+    elif section.pool_note:
+        out.append(f"<p class='meta' data-kind='pool'>{escape(section.pool_note)}</p>")
     out.append("<h3>Planning backtest</h3>")
     if section.planning_note:
         out.append(f"<p class='meta'>{escape(section.planning_note)}</p>")
@@ -231,6 +240,25 @@ def _cluster_html(section: ClusterSection, data: ReportData) -> str:
         out.append(_scope_html(scope, section, data))
     out.append("</section>")
     return "\n".join(out)
+
+
+def _pool_html(pool: PoolAdvice) -> str:
+    """The shared-pool alternative: each VC's quota, the pool, the totals and why."""
+    record = pool.records()
+    cells = "".join(
+        f"<tr data-scope='{escape(vc['scope'])}'><td>{escape(vc['scope'])}</td>"
+        f"<td class='num' data-field='needed' data-value='{vc['needed']:.4f}'>"
+        f"{vc['needed']:.1f}</td><td class='num' data-field='quota' "
+        f"data-value='{vc['quota']}'>{vc['quota']}</td></tr>" for vc in record["vcs"])
+    totals = (f"<tr data-scope='pool'><td>shared pool</td><td></td><td class='num' "
+              f"data-field='quota' data-value='{pool.pool_gpus}'>{pool.pool_gpus}</td></tr>"
+              f"<tr data-scope='total'><td>in all</td><td class='num' data-field='needed' "
+              f"data-value='{pool.per_vc_gpus}'>{pool.per_vc_gpus}</td><td class='num' "
+              f"data-field='quota' data-value='{pool.pooled_gpus}'>{pool.pooled_gpus}</td></tr>")
+    return ("<h4>Shared pool (an alternative to sizing each VC apart)</h4>"
+            "<table class='pool'><thead><tr><th>VC</th><th>GPUs needed, sized apart</th>"
+            "<th>GPUs it keeps (quota)</th></tr></thead><tbody>" + cells + totals
+            + f"</tbody></table><p class='meta' data-kind='pool'>{escape(pool.text)}.</p>")
 
 
 def _track_record_html(record: TrackRecord, scopes: Sequence[str],

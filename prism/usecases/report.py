@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from prism.errors import PrismError
+from prism.errors import ConfigError, PrismError
 from prism.progress import Progress
 from prism.schema import SERIES_ID, split_series_id
 from prism.usecases.capacity import (
@@ -25,6 +25,7 @@ from prism.usecases.capacity import (
     planned_series,
 )
 from prism.usecases.files import output_path
+from prism.usecases.pool import plan_cluster_pool
 from prism.usecases.series import dictionary_series
 
 if TYPE_CHECKING:
@@ -76,6 +77,7 @@ def capacity_report(
     progress: Progress | None = None,
     record: bool = False,
     day_floor: bool = True,
+    pool: bool = False,
 ) -> CapacityReport:
     """The capacity report (one self-contained HTML page), written to ``output`` if named.
 
@@ -98,6 +100,9 @@ def capacity_report(
             ``report``; :func:`prism.usecases.capacity.record_plan`).
         day_floor: size at least for what the latest day of its kind used (as
             :func:`prism.usecases.capacity.plan_cluster_capacity`).
+        pool: also each cluster's shared-pool alternative
+            (:func:`prism.usecases.pool.plan_cluster_pool`; a cluster it does not fit, one
+            VC or too short a history, says why instead).
 
     Raises:
         ConfigError: for a bad output name or folder, or no Chromium with ``pdf``.
@@ -113,7 +118,7 @@ def capacity_report(
     tick = _Ticker(progress, len(_STAGES) * len(clusters) + 1 + int(pdf and path is not None))
     data = _report_data(store, clusters, source, horizon=horizon, quantile=quantile,
                         capacity_table=capacity_table, watts=watts, max_unmet=max_unmet,
-                        tick=tick, record=record, day_floor=day_floor)
+                        tick=tick, record=record, day_floor=day_floor, pool=pool)
     html = render_html(data)
     tick("render")
     printed = None
@@ -171,6 +176,7 @@ def _report_data(
     tick: _Ticker | None = None,
     record: bool = False,
     day_floor: bool = True,
+    pool: bool = False,
 ) -> ReportData:
     """Gather the report: per cluster the plan, histories, decompositions, planning and the
     track record of the plans served before."""
@@ -197,9 +203,16 @@ def _report_data(
         record_of = cluster_track_record(store, cluster, partition(
             (r.scope for r in plan.rows), {r.scope: r.capacity for r in plan.rows}).scopes)
         tick(f"{cluster}: planning backtest")
+        pooled, pool_note = None, ""
+        if pool:
+            try:
+                pooled = plan_cluster_pool(store, plan, max_unmet=max_unmet)
+            except ConfigError as exc:
+                pool_note = f"No shared pool: {exc}"
         sections.append(ClusterSection(cluster=cluster, plan=plan, scopes=scopes,
                                        planning=planning, planning_by_series=by_series,
-                                       planning_note=note, track_record=record_of))
+                                       planning_note=note, track_record=record_of,
+                                       pool=pooled, pool_note=pool_note))
     accuracy, accuracy_note = None, ""
     saved = store.latest_evaluation("accuracy")
     if saved is not None:

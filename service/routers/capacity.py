@@ -10,6 +10,7 @@ from fastapi import APIRouter, Query
 from fastapi.responses import HTMLResponse
 
 from prism.capacity import Watts, parse_reservation
+from prism.errors import ConfigError
 from prism.usecases import report as report_uc
 from prism.usecases.capacity import (
     choose_cluster_quantiles,
@@ -18,6 +19,7 @@ from prism.usecases.capacity import (
     procurement_days,
 )
 from prism.usecases.forecast import HubModels
+from prism.usecases.pool import plan_cluster_pool
 from service.deps import ServerDep, StoreDep
 from service.schemas import (
     CapacityOut,
@@ -25,6 +27,7 @@ from service.schemas import (
     CapacityRowOut,
     ErrorOut,
     MoveOut,
+    PoolOut,
     ProcurementOut,
     ProcurementRowOut,
     QuantileChoiceOut,
@@ -49,9 +52,12 @@ def get_capacity(q: Annotated[CapacityQuery, Query()], server: ServerDep,
     allowance), against its capacity: expected shortfall and idle GPU-hours, queueing risk,
     energy, the moves between VCs, and what to do and why. With ``max_unmet``, each scope's
     quantile is chosen from the planning backtest; with ``procurement=30d``, the plan for
-    buying (each scope's daily peak projected from its trend) comes with it."""
+    buying (each scope's daily peak projected from its trend) comes with it; with
+    ``pool=true``, the shared-pool alternative (a quota per VC, one pool they borrow from)."""
     if q.procurement is not None:
         procurement_days(q.procurement, name="procurement")  # refused before any work
+    if q.pool and q.scope:
+        raise ConfigError("pool=true pools every VC of the cluster: drop scope")
     watts = Watts(idle=q.watts_idle, busy=q.watts_busy)
     source = HubModels(server, q.model, q.params)
     choice = (choose_cluster_quantiles(store, q.cluster, source, max_unmet=q.max_unmet,
@@ -71,6 +77,9 @@ def get_capacity(q: Annotated[CapacityQuery, Query()], server: ServerDep,
         procurement = ProcurementOut(
             cluster=bought.cluster, horizon_days=bought.horizon_days, weeks=bought.weeks,
             rows=[ProcurementRowOut.model_validate(r) for r in bought.records(steps=q.steps)])
+    pool = (PoolOut.model_validate(plan_cluster_pool(store, plan,
+                                                      max_unmet=q.max_unmet).records())
+            if q.pool else None)
     return CapacityOut(cluster=q.cluster, horizon=q.horizon, quantile=q.quantile,
                        watts_idle=watts.idle, watts_busy=watts.busy,
                        rows=[CapacityRowOut.model_validate(r)
@@ -79,7 +88,7 @@ def get_capacity(q: Annotated[CapacityQuery, Query()], server: ServerDep,
                        max_unmet=q.max_unmet,
                        quantile_choice=[QuantileChoiceOut.model_validate(c)
                                         for c in (choice.records() if choice else [])],
-                       procurement=procurement)
+                       procurement=procurement, pool=pool)
 
 
 @router.get("/capacity/track-record", response_model=TrackRecordOut,
@@ -111,5 +120,6 @@ def get_capacity_report(q: Annotated[ReportQuery, Query()], server: ServerDep,
     """The capacity report (what ``prism report`` writes) as one self-contained HTML page."""
     page = report_uc.capacity_report(
         store, HubModels(server, q.model), clusters=[q.cluster] if q.cluster else None,
-        horizon=q.horizon, quantile=q.quantile, record=q.record, day_floor=q.day_floor)
+        horizon=q.horizon, quantile=q.quantile, record=q.record, day_floor=q.day_floor,
+        pool=q.pool)
     return HTMLResponse(page.html)

@@ -1,0 +1,116 @@
+"""A shared pool for a cluster's VCs: a guaranteed quota each, and a pool they all borrow from.
+
+A capacity plan (:mod:`prism.capacity`) sizes each VC on its own, so a VC's demand above its
+level waits while another VC's GPUs idle. Where the scheduler lends quota (a Kueue cohort, a
+Slurm partition shared by accounts), the VCs' peaks, which rarely coincide, can share GPUs:
+each VC keeps ``quota`` of what its plan needs as its own, and ``pool`` of the VCs' needs
+added up is one pool any VC borrows from. The shares are chosen on the cluster's own history
+(:func:`prism.evaluation.pooling.choose_pool`: the last days replayed with the day-kind plan,
+the most GPU-hours saved with at most ``max_unmet`` of the demand unmet). Pure functions over
+a plan: :mod:`prism.usecases.pool` replays the history and calls :func:`pool_advice`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from prism.capacity import CapacityPlan
+from prism.errors import ConfigError
+from prism.evaluation.pooling import PoolChoice
+from prism.schema import ALL_SCOPE, GPU_TYPE_PREFIX
+
+_EPS = 1e-9
+
+
+@dataclass(frozen=True)
+class PoolAdvice:
+    """The pooled alternative to a cluster's per-VC plan over the same window.
+
+    Attributes:
+        cluster: the cluster.
+        choice: the shares and their replay (:class:`~prism.evaluation.pooling.PoolChoice`).
+        needed: VC -> GPUs its plan needs over the window (``gpus_needed``).
+        quotas: VC -> GPUs it keeps as its own (``ceil(quota * needed)``; above its capacity,
+            GPUs move to it as in the per-VC plan).
+        pool_gpus: the shared pool (``ceil(pool * sum of needed)``).
+        per_vc_gpus: the VCs' needs added up, each rounded up (what the per-VC plan holds).
+        pooled_gpus: the quotas plus the pool.
+        capacity: the VCs' capacities added up (``None`` where one is unknown).
+        text: the advice in words.
+    """
+
+    cluster: str
+    choice: PoolChoice
+    needed: dict[str, float]
+    quotas: dict[str, int]
+    pool_gpus: int
+    per_vc_gpus: int
+    pooled_gpus: int
+    capacity: float | None
+    text: str
+
+    def records(self) -> dict[str, Any]:
+        """As ``GET /v1/capacity?pool=true`` answers it."""
+        c = self.choice
+        return {"cluster": self.cluster, "quota_share": c.quota, "pool_share": c.pool,
+                "pool_gpus": self.pool_gpus, "per_vc_gpus": self.per_vc_gpus,
+                "pooled_gpus": self.pooled_gpus, "capacity": self.capacity,
+                "days": c.windows, "max_unmet": c.max_unmet,
+                "saved_share": c.saved_share, "unmet_share": c.unmet_share,
+                "per_vc_saved_share": c.per_series_saved_share,
+                "per_vc_unmet_share": c.per_series_unmet_share,
+                "vcs": [{"scope": s, "needed": self.needed[s], "quota": self.quotas[s]}
+                        for s in sorted(self.quotas)],
+                "text": self.text}
+
+
+def pool_vcs(plan: CapacityPlan) -> list[str]:
+    """The VC scopes of a plan (not the cluster's ``all``, not its GPU types).
+
+    Raises:
+        ConfigError: for fewer than two (nothing to pool).
+    """
+    vcs = sorted(r.scope for r in plan.rows
+                 if r.scope != ALL_SCOPE and not r.scope.startswith(GPU_TYPE_PREFIX))
+    if len(vcs) < 2:
+        raise ConfigError(f"cluster {plan.cluster!r} has {len(vcs)} VC(s) in its plan: a "
+                          "shared pool needs at least two VCs (plan the whole cluster, "
+                          "without --scope)")
+    return vcs
+
+
+def pool_advice(plan: CapacityPlan, choice: PoolChoice) -> PoolAdvice:
+    """The quotas and the pool for ``plan``'s window, with the shares of ``choice``.
+
+    Raises:
+        ConfigError: for a plan of fewer than two VCs (nothing to pool).
+    """
+    vcs = pool_vcs(plan)
+    rows = {r.scope: r for r in plan.rows}
+    needed = {s: float(rows[s].gpus_needed) for s in vcs}
+    caps: Mapping[str, float | None] = {s: rows[s].capacity for s in vcs}
+    quotas = {s: math.ceil(choice.quota * needed[s] - _EPS) for s in vcs}
+    pool = math.ceil(choice.pool * sum(needed.values()) - _EPS)
+    per_vc = sum(math.ceil(n - _EPS) for n in needed.values())
+    pooled = sum(quotas.values()) + pool
+    known = [c for c in caps.values() if c is not None]
+    capacity = float(sum(known)) if len(known) == len(vcs) else None
+    hours = (plan.rows[0].end - plan.rows[0].start).total_seconds() / 3600.0
+    text = (f"keep {pooled} GPUs for the next {hours:g} h instead of {per_vc} sized VC by VC: "
+            f"each VC keeps {choice.quota:.0%} of what it needs as its own ({sum(quotas.values())} "
+            f"GPUs) and borrows from a shared pool of {pool} GPUs "
+            f"({choice.pool:.0%} of the {per_vc} needed); over the last {choice.windows} days "
+            f"this pooling saved {choice.saved_share:.1%} of the static peak's idle GPU-hours "
+            f"with {choice.unmet_share:.2%} of demand unmet, each VC sized apart at its "
+            f"day-kind peak {choice.per_series_saved_share:.1%} with "
+            f"{choice.per_series_unmet_share:.2%}")
+    if choice.unmet_share > choice.max_unmet + _EPS:
+        text += (f"; no pooling left at most {choice.max_unmet:.2%} unmet there, so these "
+                 "shares are the ones leaving least")
+    text += "; it needs a scheduler that lends quota between VCs (a Kueue cohort, a shared "
+    text += "Slurm partition)"
+    return PoolAdvice(plan.cluster, choice, needed, quotas, pool, per_vc, pooled, capacity,
+                      text)

@@ -1,0 +1,167 @@
+"""The shared-pool alternative of a capacity plan (``prism capacity --pool``,
+``GET /v1/capacity?pool=true``): quotas and a pool that add up, chosen on the history before
+the plan, one set of numbers from the CLI and the API, and clear refusals."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from html import escape
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pandas as pd
+import pytest
+from fastapi.testclient import TestClient
+
+from prism.cli import main
+from prism.client import PrismClient
+from prism.config import Settings
+from service.app import create_app
+from tests.factories import write_series_store
+from tests.service.conftest import LiveServer
+
+START = pd.Timestamp("2026-01-05")
+DAY = 144
+
+
+def _shifted_vcs(days: int) -> dict[str, np.ndarray]:
+    """Three VCs whose peaks do not coincide: vc-a busy in the mornings, vc-b in the
+    evenings, vc-c steady."""
+    rng = np.random.default_rng(0)
+    half = np.r_[np.ones(DAY // 2), np.zeros(DAY // 2)]
+    morning = np.tile(half, days)
+    return {"lab/vc-a/gpus_in_use": 10 + 20 * morning + rng.integers(0, 3, days * DAY),
+            "lab/vc-b/gpus_in_use": 10 + 20 * (1 - morning) + rng.integers(0, 3, days * DAY),
+            "lab/vc-c/gpus_in_use": 18 + rng.integers(0, 5, days * DAY)}
+
+
+def _store(folder: Path, days: int = 9, vcs: dict[str, np.ndarray] | None = None) -> Path:
+    series = vcs if vcs is not None else _shifted_vcs(days)
+    folder.mkdir(parents=True, exist_ok=True)
+    caps = "".join(f"lab,{sid.split('/')[1]},40\n" for sid in series)
+    return write_series_store(folder, series, "cluster,scope,gpus\n" + caps, start=START)
+
+
+def test_the_cli_and_the_api_give_one_pool_that_adds_up(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = _store(tmp_path)
+    models = tmp_path / "models"
+    args = ["--db", str(db), "capacity", "--cluster", "lab", "--model", "naive",
+            "--models-dir", str(models), "--no-record", "--pool"]
+    capsys.readouterr()
+    assert main([*args, "--json"]) == 0
+    cli = json.loads(capsys.readouterr().out)["pool"]
+    config = Settings(db=str(db), models_dir=models, default_model="naive",
+                      fit_budget_s=60.0, api_token=None, refit_every=None, cors_origins=[])
+    with LiveServer(create_app(config)) as live:  # over HTTP, a real server
+        answer = httpx.get(f"{live.url}/v1/capacity", timeout=60, params={
+            "cluster": "lab", "model": "naive", "pool": "true", "record": "false"})
+        plain = httpx.get(f"{live.url}/v1/capacity", timeout=60, params={
+            "cluster": "lab", "model": "naive", "record": "false"})
+        with PrismClient(live.url, token="") as prism:
+            by_client = prism.pool("lab", model="naive")
+    assert answer.status_code == 200, answer.text
+    api = answer.json()["pool"]
+    assert plain.json()["pool"] is None  # only when asked
+    assert by_client == api
+    # one set of numbers (the API rounds its floats to 4 decimals)
+    assert cli.keys() == api.keys()
+    for key, value in api.items():
+        if key == "vcs":
+            assert [(v["scope"], v["quota"]) for v in cli[key]] == \
+                [(v["scope"], v["quota"]) for v in value]
+            assert [v["needed"] for v in cli[key]] == \
+                pytest.approx([v["needed"] for v in value], abs=1e-3)
+        elif isinstance(value, float):
+            assert cli[key] == pytest.approx(value, abs=1e-4), key
+        else:
+            assert cli[key] == value, key
+    # the quotas and the pool add up, as shares of what each VC's plan needs
+    needed = {vc["scope"]: vc["needed"] for vc in api["vcs"]}
+    assert set(needed) == {"vc-a", "vc-b", "vc-c"}
+    rows = {r["scope"]: r for r in answer.json()["rows"]}
+    for vc in api["vcs"]:
+        assert vc["needed"] == pytest.approx(rows[vc["scope"]]["gpus_needed"])
+        assert vc["quota"] == math.ceil(api["quota_share"] * vc["needed"] - 1e-9)
+    assert api["pool_gpus"] == math.ceil(api["pool_share"] * sum(needed.values()) - 1e-9)
+    assert api["pooled_gpus"] == sum(vc["quota"] for vc in api["vcs"]) + api["pool_gpus"]
+    assert api["per_vc_gpus"] == sum(math.ceil(n - 1e-9) for n in needed.values())
+    assert api["capacity"] == 120.0 and api["days"] == 7
+    # peaks that do not coincide: the pool holds fewer GPUs and left less idle on the replay
+    assert api["pooled_gpus"] < api["per_vc_gpus"]
+    assert api["saved_share"] > api["per_vc_saved_share"]
+    assert api["unmet_share"] <= 0.003
+    # the table's words say the same
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    assert "shared pool" in printed
+    assert f"pool: {api['pool_gpus']} GPUs; in all {api['pooled_gpus']} GPUs against " \
+           f"{api['per_vc_gpus']} sized VC by VC" in " ".join(printed.split())
+
+
+@pytest.mark.slow
+def test_the_report_shows_the_pool_the_api_serves(tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    db = _store(tmp_path)
+    models = tmp_path / "models"
+    config = Settings(db=str(db), models_dir=models, default_model="naive",
+                      fit_budget_s=60.0, api_token=None, refit_every=None, cors_origins=[])
+    query = {"cluster": "lab", "model": "naive", "pool": "true", "record": "false"}
+    with TestClient(create_app(config)) as client:
+        api = client.get("/v1/capacity", params=query).json()["pool"]
+        page = client.get("/v1/reports/capacity", params=query)
+    assert page.status_code == 200, page.text
+    report = tmp_path / "report.html"
+    assert main(["--db", str(db), "report", "--cluster", "lab", "--model", "naive",
+                 "--models-dir", str(models), "--no-record", "--pool",
+                 "--output", str(report)]) == 0
+    capsys.readouterr()
+    # the API's page and the CLI's file show the API's quotas and totals
+    for html in (page.text, report.read_text()):
+        table = html[html.index("<table class='pool'>"):]
+        table = table[:table.index("</table>")]
+        quotas = dict(re.findall(r"<tr data-scope='([\w-]+)'>.*?data-field='quota' "
+                                 r"data-value='(\d+)'", table))
+        assert quotas == {**{vc["scope"]: str(vc["quota"]) for vc in api["vcs"]},
+                          "pool": str(api["pool_gpus"]), "total": str(api["pooled_gpus"])}
+        assert escape(api["text"]) in html
+    # without --pool, no pool section
+    plain = tmp_path / "plain.html"
+    assert main(["--db", str(db), "report", "--cluster", "lab", "--model", "naive",
+                 "--models-dir", str(models), "--no-record", "--output", str(plain)]) == 0
+    assert "<table class='pool'>" not in plain.read_text()
+
+
+def test_a_pool_is_refused_with_what_to_do(tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    db = _store(tmp_path / "full")
+    base = ["--db", str(db), "capacity", "--cluster", "lab", "--model", "naive",
+            "--models-dir", str(tmp_path / "models"), "--no-record", "--pool"]
+    capsys.readouterr()
+    assert main([*base, "--scope", "vc-a"]) != 0
+    assert "drop --scope" in capsys.readouterr().err
+    config = Settings(db=str(db), models_dir=tmp_path / "models", default_model="naive",
+                      fit_budget_s=60.0, api_token=None, refit_every=None, cors_origins=[])
+    with TestClient(create_app(config)) as client:
+        answer = client.get("/v1/capacity", params={"cluster": "lab", "scope": "vc-a",
+                                                     "model": "naive", "pool": "true"})
+    assert answer.status_code == 422 and "drop scope" in answer.text
+    # one VC: nothing to pool
+    one = _store(tmp_path / "one", vcs={"lab/vc-a/gpus_in_use": _shifted_vcs(9)[
+        "lab/vc-a/gpus_in_use"]})
+    assert main(["--db", str(one), *base[2:]]) != 0
+    assert "at least two VCs" in " ".join(capsys.readouterr().err.split())
+    # three days of history: the shares are chosen on the two whole days before the plan
+    three = _store(tmp_path / "three", days=3)
+    capsys.readouterr()
+    assert main(["--db", str(three), *base[2:], "--json"]) == 0
+    pool = json.loads(capsys.readouterr().out)["pool"]
+    assert pool["days"] == 2 and "over the last 2 days" in pool["text"]
+    # too short a history to choose the shares on
+    short = _store(tmp_path / "short", days=1)
+    assert main(["--db", str(short), *base[2:]]) != 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert "ingest more history or plan without --pool" in err
