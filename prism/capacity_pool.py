@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from prism.capacity import CapacityPlan
+from prism.capacity import CapacityPlan, shared_vcs
 from prism.errors import ConfigError
 from prism.evaluation.pooling import PoolChoice
 from prism.schema import ALL_SCOPE, GPU_TYPE_PREFIX
@@ -71,7 +71,8 @@ def pool_vcs(plan: CapacityPlan) -> list[str]:
     """The VC scopes of a plan (not the cluster's ``all``, not its GPU types).
 
     Raises:
-        ConfigError: for fewer than two (nothing to pool).
+        ConfigError: for fewer than two (nothing to pool), or VCs that share GPUs already
+            (their capacities add up to more than the cluster's).
     """
     vcs = sorted(r.scope for r in plan.rows
                  if r.scope != ALL_SCOPE and not r.scope.startswith(GPU_TYPE_PREFIX))
@@ -79,6 +80,12 @@ def pool_vcs(plan: CapacityPlan) -> list[str]:
         raise ConfigError(f"cluster {plan.cluster!r} has {len(vcs)} VC(s) in its plan: a "
                           "shared pool needs at least two VCs (plan the whole cluster, "
                           "without --scope)")
+    shared = shared_vcs({r.scope: r.capacity for r in plan.rows})
+    if shared is not None:
+        raise ConfigError(f"cluster {plan.cluster!r}: its VCs' capacities add up to "
+                          f"{shared[0]:g} GPUs, more than its {shared[1]:g}: they share GPUs "
+                          "already (partitions over the same nodes), so a pool adds nothing; "
+                          "plan without --pool")
     return vcs
 
 

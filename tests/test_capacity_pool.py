@@ -154,6 +154,16 @@ def test_a_pool_is_refused_with_what_to_do(tmp_path: Path,
         "lab/vc-a/gpus_in_use"]})
     assert main(["--db", str(one), *base[2:]]) != 0
     assert "at least two VCs" in " ".join(capsys.readouterr().err.split())
+    # VCs whose capacities add up to more than the cluster's share GPUs already
+    vcs = _shifted_vcs(9)
+    (tmp_path / "shared").mkdir()
+    shared = write_series_store(tmp_path / "shared", {
+        **vcs, "lab/all/gpus_in_use": sum(vcs.values())},
+        "cluster,scope,gpus\nlab,all,60\nlab,vc-a,40\nlab,vc-b,40\nlab,vc-c,40\n",
+        start=START)
+    capsys.readouterr()
+    assert main(["--db", str(shared), *base[2:]]) != 0
+    assert "they share GPUs already" in " ".join(capsys.readouterr().err.split())
     # three days of history: the shares are chosen on the two whole days before the plan
     three = _store(tmp_path / "three", days=3)
     capsys.readouterr()
