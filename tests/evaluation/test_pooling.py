@@ -91,9 +91,14 @@ def test_bad_settings_say_what_to_give() -> None:
 
 def test_the_benchmark_pools_the_helios_vcs(traces: Path, tmp_path: Path,
                                             capsys: pytest.CaptureFixture[str]) -> None:
+    from evaluation.benchmarks.planning import RESULTS
     from evaluation.benchmarks.pooling import main
 
+    # beside the planning benchmark's frontier, the pooled point is drawn over it
+    (tmp_path / "planning_frontier.csv").write_bytes(
+        (RESULTS / "planning_frontier.csv").read_bytes())
     assert main(["--traces", str(traces / "helios_earth_vc"), "--output", str(tmp_path)]) == 0
+    assert (tmp_path / "pooling.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     out = capsys.readouterr().out
     # the per-VC row is the planning benchmark's day-kind peak (30.7 % at 0.23 %)
     assert "per VC: the day-kind peak         30.7         0.23" in out
