@@ -28,6 +28,7 @@ import argparse
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -183,23 +184,7 @@ def plot_frontier(frontier: pd.DataFrame, path: Path, *, max_unmet: float, serie
     fig, axes = plt.subplots(1, len(blocks), figsize=(6 * len(blocks), 4.5), dpi=110,
                              squeeze=False)
     for ax, block in zip(axes[0], blocks, strict=True):
-        rows = frontier[frontier["block"] == block]
-        for family, color in PLOTTED.items():
-            points = rows[rows["family"] == family].sort_values("unmet_share")
-            if points.empty:
-                continue
-            x, y = points["unmet_share"] * 100, points["saved_share"] * 100
-            if len(points) == 1:
-                ax.scatter(x, y, marker="*", s=120, color=color, label=family, zorder=3)
-                continue
-            ax.plot(x, y, marker="o", ms=4, color=color, label=family,
-                    zorder=4 if family == "prism" else 2)  # over naive's where they agree
-            for _, p in points.iterrows():
-                if family == "prism" or family == "yesterday's peak":
-                    tag = (f"p{p['setting'] * 100:g}" if family == "prism"
-                           else f"+{p['setting'] * 100:g}%")
-                    ax.annotate(tag, (p["unmet_share"] * 100, p["saved_share"] * 100),
-                                fontsize=6, xytext=(3, 3), textcoords="offset points")
+        draw_families(ax, frontier[frontier["block"] == block])
         ax.axvline(max_unmet * 100, color="#c0392b", ls=":", lw=1,
                    label=f"target: {max_unmet * 100:g} % unmet")
         ax.set_xscale("symlog", linthresh=0.1)  # the oracle leaves 0 unmet
@@ -214,6 +199,28 @@ def plot_frontier(frontier: pd.DataFrame, path: Path, *, max_unmet: float, serie
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+
+
+def draw_families(ax: Any, rows: pd.DataFrame, *, suffix: str = "",
+                  tags: bool = True) -> None:
+    """Each plotted family's frontier points of ``rows`` on ``ax`` (a star for a single
+    point; with ``tags``, PRISM's quantiles and the margins of yesterday's peak)."""
+    for family, color in PLOTTED.items():
+        points = rows[rows["family"] == family].sort_values("unmet_share")
+        if points.empty:
+            continue
+        x, y = points["unmet_share"] * 100, points["saved_share"] * 100
+        if len(points) == 1:
+            ax.scatter(x, y, marker="*", s=120, color=color, label=family + suffix, zorder=3)
+            continue
+        ax.plot(x, y, marker="o", ms=4, color=color, label=family + suffix,
+                zorder=4 if family == "prism" else 2)  # over naive's where they agree
+        for _, p in points.iterrows():
+            if tags and family in ("prism", "yesterday's peak"):
+                tag = (f"p{p['setting'] * 100:g}" if family == "prism"
+                       else f"+{p['setting'] * 100:g}%")
+                ax.annotate(tag, (p["unmet_share"] * 100, p["saved_share"] * 100),
+                            fontsize=6, xytext=(3, 3), textcoords="offset points")
 
 
 def _num(value: object) -> float | None:

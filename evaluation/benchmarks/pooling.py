@@ -109,20 +109,10 @@ def plot_pooled(frontier: pd.DataFrame, saved: float, unmet: float, path: Path, 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from evaluation.benchmarks.planning import PLOTTED
+    from evaluation.benchmarks.planning import draw_families
 
-    rows = frontier[frontier["block"] == "1d"]
     fig, ax = plt.subplots(figsize=(6.5, 4.5), dpi=110)
-    for family, color in PLOTTED.items():
-        points = rows[rows["family"] == family].sort_values("unmet_share")
-        if points.empty:
-            continue
-        x, y = points["unmet_share"] * 100, points["saved_share"] * 100
-        if len(points) == 1:
-            ax.scatter(x, y, marker="*", s=120, color=color, label=f"{family} (per VC)")
-        else:
-            ax.plot(x, y, marker="o", ms=4, color=color, label=f"{family} (per VC)",
-                    zorder=4 if family == "prism" else 2)  # over naive's, which it equals
+    draw_families(ax, frontier[frontier["block"] == "1d"], suffix=" (per VC)", tags=False)
     ax.scatter([unmet * 100], [saved * 100], marker="D", s=70, color="#16a085", zorder=5,
                label="pooled: a quota per VC + a shared pool")
     ax.axvline(max_unmet * 100, color="#c0392b", ls=":", lw=1,
