@@ -39,6 +39,8 @@ class PoolAdvice:
         per_vc_gpus: the VCs' needs added up, each rounded up (what the per-VC plan holds).
         pooled_gpus: the quotas plus the pool.
         capacity: the VCs' capacities added up (``None`` where one is unknown).
+        net_gpus: ``pooled_gpus - capacity``: GPUs to add (above 0) or spare (below 0), the
+            pool formed from what each VC has beyond its quota (``None``: capacity unknown).
         text: the advice in words.
     """
 
@@ -50,6 +52,7 @@ class PoolAdvice:
     per_vc_gpus: int
     pooled_gpus: int
     capacity: float | None
+    net_gpus: int | None
     text: str
 
     def records(self) -> dict[str, Any]:
@@ -58,6 +61,7 @@ class PoolAdvice:
         return {"cluster": self.cluster, "quota_share": c.quota, "pool_share": c.pool,
                 "pool_gpus": self.pool_gpus, "per_vc_gpus": self.per_vc_gpus,
                 "pooled_gpus": self.pooled_gpus, "capacity": self.capacity,
+                "net_gpus": self.net_gpus,
                 "days": c.windows, "max_unmet": c.max_unmet,
                 "saved_share": c.saved_share, "unmet_share": c.unmet_share,
                 "per_vc_saved_share": c.per_series_saved_share,
@@ -105,6 +109,7 @@ def pool_advice(plan: CapacityPlan, choice: PoolChoice) -> PoolAdvice:
     pooled = sum(quotas.values()) + pool
     known = [c for c in caps.values() if c is not None]
     capacity = float(sum(known)) if len(known) == len(vcs) else None
+    net = math.ceil(pooled - capacity - _EPS) if capacity is not None else None
     hours = (plan.rows[0].end - plan.rows[0].start).total_seconds() / 3600.0
     text = (f"keep {pooled} GPUs for the next {hours:g} h instead of {per_vc} sized VC by VC: "
             f"each VC keeps {choice.quota:.0%} of what it needs as its own ({sum(quotas.values())} "
@@ -114,10 +119,15 @@ def pool_advice(plan: CapacityPlan, choice: PoolChoice) -> PoolAdvice:
             f"with {choice.unmet_share:.2%} of demand unmet, each VC sized apart at its "
             f"day-kind peak {choice.per_series_saved_share:.1%} with "
             f"{choice.per_series_unmet_share:.2%}")
+    if net is not None and capacity is not None:
+        text += (f"; the VCs have {capacity:g} GPUs installed: "
+                 + (f"{net} more hold the quotas and the pool" if net > 0 else
+                    f"{-net} of them are spare" if net < 0 else
+                    "they hold the quotas and the pool exactly"))
     if choice.unmet_share > choice.max_unmet + _EPS:
         text += (f"; no pooling left at most {choice.max_unmet:.2%} unmet there, so these "
                  "shares are the ones leaving least")
     text += "; it needs a scheduler that lends quota between VCs (a Kueue cohort, a shared "
     text += "Slurm partition)"
     return PoolAdvice(plan.cluster, choice, needed, quotas, pool, per_vc, pooled, capacity,
-                      text)
+                      net, text)

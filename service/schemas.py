@@ -504,6 +504,8 @@ class PoolOut(BaseModel):
     pooled_gpus: int = Field(description="the quotas plus the pool")
     capacity: float | None = Field(description="the VCs' capacities added up (none: one "
                                    "is unknown)")
+    net_gpus: int | None = Field(description="pooled_gpus - capacity: GPUs to add (above 0) "
+                                 "or spare (below 0); none where capacity is unknown")
     days: int = Field(description="days replayed to choose the shares on")
     max_unmet: float
     saved_share: float = Field(description="static-peak idle GPU-hours the pooled plan "

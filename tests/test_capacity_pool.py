@@ -90,6 +90,8 @@ def test_the_cli_and_the_api_give_one_pool_that_adds_up(
     assert api["pooled_gpus"] == sum(vc["quota"] for vc in api["vcs"]) + api["pool_gpus"]
     assert api["per_vc_gpus"] == sum(math.ceil(n - 1e-9) for n in needed.values())
     assert api["capacity"] == 120.0 and api["days"] == 7
+    assert api["net_gpus"] == api["pooled_gpus"] - 120
+    assert "the VCs have 120 GPUs installed: " in api["text"]
     # peaks that do not coincide: the pool holds fewer GPUs and left less idle on the replay
     assert api["pooled_gpus"] < api["per_vc_gpus"]
     assert api["saved_share"] > api["per_vc_saved_share"]
@@ -99,7 +101,8 @@ def test_the_cli_and_the_api_give_one_pool_that_adds_up(
     printed = capsys.readouterr().out
     assert "shared pool" in printed
     assert f"pool: {api['pool_gpus']} GPUs; in all {api['pooled_gpus']} GPUs against " \
-           f"{api['per_vc_gpus']} sized VC by VC" in " ".join(printed.split())
+           f"{api['per_vc_gpus']} sized VC by VC and the VCs' 120 installed" \
+           in " ".join(printed.split())
 
 
 @pytest.mark.slow

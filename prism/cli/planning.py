@@ -221,7 +221,9 @@ def print_pool(pool: PoolAdvice) -> None:
                    "needs; the rest from the pool", markup=False)
     _out.print(f"  pool: {pool.pool_gpus} GPUs; in all {pool.pooled_gpus} GPUs against "
                f"{pool.per_vc_gpus} sized VC by VC"
-               + (f" and the VCs' {pool.capacity:g} installed" if pool.capacity else ""),
+               + (f" and the VCs' {pool.capacity:g} installed" if pool.capacity else "")
+               + (f": add {pool.net_gpus}" if pool.net_gpus and pool.net_gpus > 0 else
+                  f": {-pool.net_gpus} spare" if pool.net_gpus and pool.net_gpus < 0 else ""),
                markup=False)
     _out.print(f"  why: {pool.text}", markup=False)
 
