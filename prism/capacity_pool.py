@@ -97,7 +97,7 @@ def pool_advice(plan: CapacityPlan, choice: PoolChoice) -> PoolAdvice:
     """The quotas and the pool for ``plan``'s window, with the shares of ``choice``.
 
     Raises:
-        ConfigError: for a plan of fewer than two VCs (nothing to pool).
+        ConfigError: as :func:`pool_vcs`.
     """
     vcs = pool_vcs(plan)
     rows = {r.scope: r for r in plan.rows}

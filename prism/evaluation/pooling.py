@@ -11,7 +11,7 @@ plus the pool, so
 - idle GPU-hours ``sum (sum_s Q_s + P - (sum_s y_s - unmet)) * step_h``;
 - unmet ``sum max(sum_s max(y_s - Q_s, 0) - P, 0) * step_h``;
 
-with ``Q_s = min(quota * L_s, capacity_s)`` and ``P = pool * sum_s min(L_s, capacity_s)``.
+with ``Q_s = quota * min(L_s, capacity_s)`` and ``P = pool * sum_s min(L_s, capacity_s)``.
 ``quota=1, pool=0`` is the per-series plan itself.
 
 :func:`pooled_backtest` chooses ``(quota, pool)`` for each replayed window from the windows
@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 
 from prism.errors import ConfigError
@@ -66,7 +67,7 @@ def pooled_scores(levels: pd.DataFrame, plan: str, *, quota: float, pool: float,
         quota: each series' own share of its planned level (0-1].
         pool: the shared pool, a share of the sum of the planned levels (>= 0).
         freq_s: the step in seconds.
-        capacity: series id -> installed GPUs (quotas and planned levels capped there).
+        capacity: series id -> installed GPUs (planned levels capped there).
 
     Returns:
         One row per cutoff: ``cutoff`` and :data:`SCORES`.
@@ -74,28 +75,57 @@ def pooled_scores(levels: pd.DataFrame, plan: str, *, quota: float, pool: float,
     Raises:
         ConfigError: for a quota outside (0, 1] or a negative pool.
     """
-    if not 0.0 < quota <= 1.0 or pool < 0.0:
-        raise ConfigError(f"quota {quota} and pool {pool}: the quota is a share in (0, 1] "
-                          "of each series' planned level, the pool a share >= 0 of their sum")
+    pair = (float(quota), float(pool))
+    return _grid_scores(levels, plan, [pair], freq_s=freq_s, capacity=capacity)[pair]
+
+
+def _grid_scores(levels: pd.DataFrame, plan: str, pairs: Sequence[tuple[float, float]], *,
+                 freq_s: int, capacity: Mapping[str, float] | None
+                 ) -> dict[tuple[float, float], pd.DataFrame]:
+    """:func:`pooled_scores` of each ``(quota, pool)`` pair, from one pass over the steps:
+    the per-step sums that no share changes are summed once, the excess over the quotas once
+    per quota."""
+    for quota, pool in pairs:
+        if not 0.0 < quota <= 1.0 or pool < 0.0:
+            raise ConfigError(f"quota {quota} and pool {pool}: the quota is a share in (0, 1] "
+                              "of each series' planned level, the pool a share >= 0 of their "
+                              "sum")
     step_h = freq_s / 3600.0
     y = levels[VALUE].to_numpy(dtype=np.float64)
     level = levels[plan].to_numpy(dtype=np.float64)
     if capacity is not None:
         cap = levels[SERIES_ID].map(capacity).to_numpy(dtype=np.float64)
         level = np.where(np.isnan(cap), level, np.minimum(level, cap))
-    own = quota * level
-    steps = pd.DataFrame({
-        CUTOFF: levels[CUTOFF].to_numpy(), TS: levels[TS].to_numpy(), "own": own,
-        "level": level, "over": np.maximum(y - own, 0.0), "y": y,
-        "static_idle": np.maximum(levels[STATIC].to_numpy(dtype=np.float64) - y, 0.0)})
-    per = steps.groupby([CUTOFF, TS], sort=True).sum()
-    shared = pool * per["level"]
-    unmet = np.maximum(per["over"] - shared, 0.0)
-    idle = per["own"] + shared - (per["y"] - unmet)
-    out = pd.DataFrame({"idle_gpu_hours": idle, "unmet_gpu_hours": unmet,
-                        "demand_gpu_hours": per["y"],
-                        "static_idle_gpu_hours": per["static_idle"]}) * step_h
-    return out.groupby(level=CUTOFF).sum().reset_index()
+    steps = levels.groupby([CUTOFF, TS], sort=True)
+    at = steps.ngroup().to_numpy()  # each row's step
+    n = int(at.max()) + 1 if len(at) else 0
+    window = steps[CUTOFF].first().to_numpy()  # each step's cutoff
+
+    def per_step(values: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+        return np.bincount(at, weights=np.nan_to_num(values), minlength=n).astype(np.float64)
+
+    planned, demand = per_step(level), per_step(y)
+    static_idle = per_step(np.maximum(levels[STATIC].to_numpy(dtype=np.float64) - y, 0.0))
+    over = {q: per_step(np.maximum(y - q * level, 0.0)) for q in {q for q, _ in pairs}}
+    out = {}
+    for quota, pool in pairs:
+        shared = pool * planned
+        unmet = np.maximum(over[quota] - shared, 0.0)
+        idle = quota * planned + shared - (demand - unmet)
+        frame = pd.DataFrame({CUTOFF: window, "idle_gpu_hours": idle * step_h,
+                              "unmet_gpu_hours": unmet * step_h,
+                              "demand_gpu_hours": demand * step_h,
+                              "static_idle_gpu_hours": static_idle * step_h})
+        out[quota, pool] = frame.groupby(CUTOFF, sort=True).sum().reset_index()
+    return out
+
+
+def _shares(frame: pd.DataFrame) -> tuple[float, float]:
+    """``(saved share, unmet share)`` of scored windows (0 where there is nothing to share)."""
+    demand = float(frame["demand_gpu_hours"].sum())
+    static = float(frame["static_idle_gpu_hours"].sum())
+    saved = 1.0 - float(frame["idle_gpu_hours"].sum()) / static if static > 0 else 0.0
+    return saved, float(frame["unmet_gpu_hours"].sum()) / demand if demand > 0 else 0.0
 
 
 def pooled_backtest(levels: pd.DataFrame, plan: str, *, freq_s: int, train: int = 7,
@@ -118,19 +148,16 @@ def pooled_backtest(levels: pd.DataFrame, plan: str, *, freq_s: int, train: int 
         raise ConfigError(f"{len(cutoffs)} windows: a pooled backtest needs more than "
                           f"train={train} (at least 1), the windows its choice is made on")
     grid = [(float(q), float(p)) for q in quotas for p in pools]
-    scored = {pair: pooled_scores(levels, plan, quota=pair[0], pool=pair[1], freq_s=freq_s,
-                                  capacity=capacity).set_index(CUTOFF)
-              for pair in grid}
+    scored = {pair: frame.set_index(CUTOFF) for pair, frame in
+              _grid_scores(levels, plan, grid, freq_s=freq_s, capacity=capacity).items()}
     rows = []
     for i in range(train, len(cutoffs)):
-        before = cutoffs[i - train:i]
-        pair = _choose(scored, before, max_unmet)
+        pair = _choose(scored, cutoffs[i - train:i], max_unmet)
         rows.append({CUTOFF: cutoffs[i], "quota": pair[0], "pool": pair[1],
                      **scored[pair].loc[cutoffs[i]].to_dict()})
     windows = pd.DataFrame(rows)
-    saved = 1.0 - windows["idle_gpu_hours"].sum() / windows["static_idle_gpu_hours"].sum()
-    unmet = windows["unmet_gpu_hours"].sum() / windows["demand_gpu_hours"].sum()
-    return PooledResult(windows, float(saved), float(unmet))
+    saved, unmet = _shares(windows)
+    return PooledResult(windows, saved, unmet)
 
 
 def _choose(scored: Mapping[tuple[float, float], pd.DataFrame], cutoffs: Sequence[object],
@@ -140,11 +167,7 @@ def _choose(scored: Mapping[tuple[float, float], pd.DataFrame], cutoffs: Sequenc
     least: tuple[float, float] | None = None
     least_unmet = np.inf
     for pair, frame in scored.items():
-        part = frame.loc[list(cutoffs)]
-        demand = part["demand_gpu_hours"].sum()
-        unmet = part["unmet_gpu_hours"].sum() / demand if demand > 0 else 0.0
-        static = part["static_idle_gpu_hours"].sum()
-        saved = 1.0 - part["idle_gpu_hours"].sum() / static if static > 0 else 0.0
+        saved, unmet = _shares(frame.loc[list(cutoffs)])
         if unmet <= max_unmet + 1e-12 and saved > best_saved:
             best, best_saved = pair, saved
         if unmet < least_unmet:
@@ -194,19 +217,11 @@ def choose_pool(levels: pd.DataFrame, plan: str, *, freq_s: int,
     if not cutoffs:
         raise ConfigError("no replayed window to choose a pool on: the series need at "
                           "least a day of history before the plan")
-    grid = {(float(q), float(p)) for q in quotas for p in pools} | {(1.0, 0.0)}
-    scored = {pair: pooled_scores(levels, plan, quota=pair[0], pool=pair[1], freq_s=freq_s,
-                                  capacity=capacity).set_index(CUTOFF)
-              for pair in sorted(grid)}
+    grid = sorted({(float(q), float(p)) for q in quotas for p in pools} | {(1.0, 0.0)})
+    scored = {pair: frame.set_index(CUTOFF) for pair, frame in
+              _grid_scores(levels, plan, grid, freq_s=freq_s, capacity=capacity).items()}
     pair = _choose(scored, cutoffs, max_unmet)
-
-    def shares(frame: pd.DataFrame) -> tuple[float, float]:
-        demand = float(frame["demand_gpu_hours"].sum())
-        static = float(frame["static_idle_gpu_hours"].sum())
-        saved = 1.0 - float(frame["idle_gpu_hours"].sum()) / static if static > 0 else 0.0
-        return saved, float(frame["unmet_gpu_hours"].sum()) / demand if demand > 0 else 0.0
-
-    saved, unmet = shares(scored[pair])
-    alone_saved, alone_unmet = shares(scored[1.0, 0.0])
+    saved, unmet = _shares(scored[pair])
+    alone_saved, alone_unmet = _shares(scored[1.0, 0.0])
     return PoolChoice(pair[0], pair[1], len(cutoffs), saved, unmet, alone_saved, alone_unmet,
                       float(max_unmet))

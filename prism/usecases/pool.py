@@ -65,8 +65,6 @@ def plan_cluster_pool(store: Store, plan: CapacityPlan, *, days: int = POOL_DAYS
         if windows < 1:
             raise ConfigError("no whole day")
         replay = window_rows(history, horizon="1d", windows=windows)
-        if replay.empty:
-            raise ConfigError("no whole day")
         levels = plan_levels(replay, history, block="1d", horizon="1d", capacity=capacity)
     except (ConfigError, DataContractError):
         span = (history["ts"].max() - history["ts"].min()) if len(history) else pd.Timedelta(0)
