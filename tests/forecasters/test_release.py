@@ -7,7 +7,12 @@ import pandas as pd
 import pytest
 
 from prism.errors import ConfigError, DataContractError, NotFittedError
-from prism.forecasters.release import JobReleaseModel, ShrunkSurvival, kaplan_meier
+from prism.forecasters.release import (
+    JobReleaseModel,
+    ShrunkSurvival,
+    _alive_after,
+    kaplan_meier,
+)
 from prism.store import Store
 
 T = pd.Timestamp("2026-01-10 12:00")
@@ -126,6 +131,29 @@ def test_a_full_vc_refills_from_its_queue() -> None:
             np.testing.assert_allclose(model.forecast([T], 6)[0], [4, 4, 4, 3, 2, 2])
     daily = JobReleaseModel(arrivals="daily", estimate="mean", point="end").fit(jobs, F)
     np.testing.assert_allclose(daily.forecast([T], 6)[0], [3, 2, 2, 1, 0, 0])
+
+
+def test_the_share_still_running_is_read_per_lag_on_even_offsets() -> None:
+    # A queued job started at offset j is still running at offset i with the curves' share
+    # at age offsets[i] - offsets[j]. On the model's even offsets that is read once per lag
+    # (a Toeplitz matrix); it must equal the entry-by-entry reading, and uneven offsets take
+    # that reading.
+    short = kaplan_meier([600.0, 900.0, 1200.0, 4000.0], [True, True, False, True])
+    long = kaplan_meier([3000.0, 7200.0, 9000.0], [True, True, True])
+    curves = [ShrunkSurvival((1.0,), (short,)), ShrunkSurvival((0.3, 0.7), (short, long))]
+    mix = np.array([0.4, 0.6])
+
+    def direct(offsets: np.ndarray) -> np.ndarray:
+        age = np.maximum(offsets[:, None] - offsets[None, :], 0.0)
+        return np.tril(sum(w * c(age) for w, c in zip(mix, curves, strict=True)))
+
+    even = JobReleaseModel(sub_steps=4).fit(_jobs(_hour_long_history()), F)._offsets(36)
+    alive = _alive_after(even, mix, curves)
+    np.testing.assert_array_equal(alive, direct(even))
+    assert alive[5, 5] == pytest.approx(1.0) and alive[0, 5] == 0.0
+    assert alive[-1, 0] < alive[-1, -2]  # older starts have ended more
+    uneven = np.array([150.0, 450.0, 1000.0, 5000.0])
+    np.testing.assert_array_equal(_alive_after(uneven, mix, curves), direct(uneven))
 
 
 # -- causality -------------------------------------------------------------------------------
