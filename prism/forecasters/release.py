@@ -595,20 +595,17 @@ class JobReleaseModel:
         mix = by_class / by_class.sum() if by_class.sum() > 0 else np.full(
             len(curves), 1.0 / len(curves))
         alive = _alive_after(offsets, mix, curves)
-        # vectorised over the leading axes of `release` (the simulated futures, if any),
-        # offsets first so that the GPUs started before offset j are contiguous rows
-        released = np.moveaxis(release, -1, 0)
-        offered = np.moveaxis(np.broadcast_to(supply, release.shape), -1, 0)
-        starts = np.zeros(released.shape)
-        held = np.zeros(released.shape)
-        so_far = np.zeros(released.shape[1:])  # GPUs started before offset j
+        # vectorised over the leading axes of `release` (the simulated futures, if any)
+        starts = np.zeros(release.shape)
+        held = np.zeros(release.shape)
+        so_far = np.zeros(release.shape[:-1])  # GPUs started before offset j
         for j in range(offsets.size):
-            still = alive[j, :j] @ starts[:j]
-            room = capacity - released[j] - still
-            starts[j] = np.maximum(0.0, np.minimum(room, offered[j] - so_far))
-            so_far = so_far + starts[j]
-            held[j] = still + starts[j]
-        return np.moveaxis(held, 0, -1)
+            still = starts[..., :j] @ alive[j, :j]
+            room = capacity - release[..., j] - still
+            starts[..., j] = np.maximum(0.0, np.minimum(room, supply[..., j] - so_far))
+            so_far = so_far + starts[..., j]
+            held[..., j] = still + starts[..., j]
+        return held
 
     def _rates(self, jobs: _Jobs, c: int, t: float, n: int, *, count: bool = False
                ) -> FloatArray:
@@ -743,18 +740,17 @@ def _alive_after(offsets: FloatArray, mix: FloatArray,
     ``i - j`` alone: the curves are read once per lag, not once per entry (on a generated trace's
     VCs, 576 offsets a day ahead, that was 330,000 reads per class and call and 80 % of a
     stacked fit's time). Uneven offsets take every entry."""
-    size = offsets.size
+    def mixed(age: FloatArray) -> FloatArray:
+        return np.asarray(sum(w * curve(age) for w, curve in zip(mix, curves, strict=True)),
+                          dtype=np.float64)
+
     gaps = np.diff(offsets)
-    if size > 1 and np.all(gaps == gaps[0]):
-        per_lag = sum(w * curve(offsets - offsets[0]) for w, curve in zip(mix, curves,
-                                                                           strict=True))
-        per_lag = np.asarray(per_lag, dtype=np.float64)
-        first_row = np.zeros(size)
+    if offsets.size > 1 and np.all(gaps == gaps[0]):
+        per_lag = mixed(offsets - offsets[0])
+        first_row = np.zeros(offsets.size)
         first_row[0] = per_lag[0]
         return np.asarray(toeplitz(per_lag, first_row), dtype=np.float64)
-    age = np.maximum(offsets[:, None] - offsets[None, :], 0.0)
-    alive = sum(w * curve(age) for w, curve in zip(mix, curves, strict=True))
-    return np.tril(np.asarray(alive, dtype=np.float64))
+    return np.tril(mixed(np.maximum(offsets[:, None] - offsets[None, :], 0.0)))
 
 
 def _shrink(chain: list[SurvivalCurve], m: float) -> ShrunkSurvival:

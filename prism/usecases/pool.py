@@ -47,7 +47,7 @@ def plan_cluster_pool(store: Store, plan: CapacityPlan, *, days: int = POOL_DAYS
     from prism.errors import DataContractError
     from prism.evaluation.planning import DAY_KIND, MAX_UNMET, plan_levels, window_rows
     from prism.evaluation.pooling import choose_pool
-    from prism.schema import SERIES_ID
+    from prism.schema import SERIES_ID, TS
 
     vcs = pool_vcs(plan)  # at least two, or a ConfigError
     rows = {r.scope: r for r in plan.rows}
@@ -61,17 +61,17 @@ def plan_cluster_pool(store: Store, plan: CapacityPlan, *, days: int = POOL_DAYS
     day = max(1, 86400 // plan.freq_s)
     shortest = int(history.groupby(SERIES_ID).size().min()) if len(history) else 0
     windows = min(days, (shortest - 2 - day) // day + 1)
+    span = (history[TS].max() - history[TS].min()) if len(history) else pd.Timedelta(0)
+    too_short = (f"cluster {plan.cluster!r}: the shared pool is chosen on the VCs' last days "
+                 f"(up to {days}), and their history before {at:%Y-%m-%d %H:%M} spans {span}, "
+                 "less than a day and a step; ingest more history or plan without --pool")
+    if windows < 1:
+        raise ConfigError(too_short)
     try:
-        if windows < 1:
-            raise ConfigError("no whole day")
         replay = window_rows(history, horizon="1d", windows=windows)
         levels = plan_levels(replay, history, block="1d", horizon="1d", capacity=capacity)
     except (ConfigError, DataContractError):
-        span = (history["ts"].max() - history["ts"].min()) if len(history) else pd.Timedelta(0)
-        raise ConfigError(f"cluster {plan.cluster!r}: the shared pool is chosen on the VCs' "
-                          f"last days (up to {days}), and their history before "
-                          f"{at:%Y-%m-%d %H:%M} spans {span}, less than a day and a step; "
-                          "ingest more history or plan without --pool") from None
+        raise ConfigError(too_short) from None
     choice = choose_pool(levels, DAY_KIND, freq_s=plan.freq_s,
                          max_unmet=MAX_UNMET if max_unmet is None else max_unmet,
                          capacity=capacity)
