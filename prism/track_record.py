@@ -15,8 +15,22 @@ compares the level with what was in use, step by step:
 The same numbers are computed for the simple rule **yesterday's peak** (the level each plan
 would have had as the peak of its series over the day before its window) on the same windows,
 so that one sees whether the served plans beat it. A plan without data the day before its
-window is not scored. Plans whose windows overlap (a plan served every hour for the next day)
-are each scored on their own window: sums count such hours once per plan.
+window is not scored.
+
+A **shared pool** served beside a plan (``prism capacity --pool``, ``pool=true``;
+:func:`prism.usecases.pool.record_pool`) is kept as one row per VC, its quota, and one row
+of scope :data:`POOL_SCOPE`, the pool, under its own model label (``<model> pool``). It is
+scored as a whole (:func:`score_plans`, one row of scope :data:`POOL_SCOPE`): at each step the
+VCs' GPUs in use above their quotas are served from the pool as far as it reaches, so
+
+- unmet ``sum max(sum_v max(y_v - Q_v, 0) - P, 0)`` times the step in hours;
+- idle ``sum (sum_v Q_v + P - served)``, where ``served`` is what was in use less the unmet;
+- covered: nothing was unmet at any step;
+
+and yesterday's peak is each VC's own, as for the plans sized VC by VC.
+
+Plans whose windows overlap (a plan served every hour for the next day) are each scored on
+their own window: sums count such hours once per plan.
 
 Pure functions over frames: :mod:`prism.usecases.report` loads the plans and the series
 (:func:`prism.usecases.report.track_record`), the report (:mod:`prism.reports.capacity`)
@@ -26,12 +40,13 @@ renders :func:`summarise` and :func:`track_record_warnings`, and ``prism track-r
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 
 from prism.schema import SERIES_ID, TS
@@ -46,6 +61,11 @@ SCORED_COLUMNS = ("cluster", "scope", "series_id", "model", "quantile", "valid_f
                   "peak_in_use", "unmet_gpu_hours", "idle_gpu_hours", "covered",
                   "rule_unmet_gpu_hours", "rule_idle_gpu_hours", "rule_covered")
 _DAY = pd.Timedelta(days=1)
+FloatArray = npt.NDArray[np.float64]
+#: Scope of the row that holds a shared pool's GPUs (the space keeps it from any series' scope).
+POOL_SCOPE = "shared pool"
+#: What a pool's model label adds to the model of the plan it was served with.
+POOL_SUFFIX = " pool"
 
 
 @dataclass(frozen=True)
@@ -85,7 +105,7 @@ class TrackRecord:
         text = (f"{len(self.scored)} served plan row(s) whose window has ended, from "
                 f"{first:%Y-%m-%d %H:%M} to {last:%Y-%m-%d %H:%M} UTC, against the GPUs in "
                 f"use and against {YESTERDAY} on the same windows")
-        pending = len(self.plans) - len(self.scored)
+        pending = plan_rows(self.plans) - len(self.scored)
         if pending and self.next_end is not None:
             text += (f"; {pending} more not scored yet (the next ends at "
                      f"{self.next_end:%Y-%m-%d %H:%M} UTC)")
@@ -98,7 +118,7 @@ class TrackRecord:
         shares are ``None``)."""
         out: dict[str, Any] = {
             "cluster": self.cluster, "note": self.note(), "scopes": list(self.scopes),
-            "plans_recorded": len(self.plans), "plans_scored": len(self.scored),
+            "plans_recorded": plan_rows(self.plans), "plans_scored": len(self.scored),
             "next_end": self.next_end,
             "summary": [_plain(r) for r in self.summary.to_dict("records")],
             "warnings": track_record_warnings(self.summary)}
@@ -123,7 +143,8 @@ def _plain(row: dict[Any, Any]) -> dict[str, Any]:
 
 def score_plans(plans: pd.DataFrame, panel: pd.DataFrame, *, freq_s: int) -> pd.DataFrame:
     """Score each plan row whose window the panel covers against the GPUs in use, and
-    yesterday's peak on the same window (see the module docstring).
+    yesterday's peak on the same window (see the module docstring); a shared pool and its
+    quotas as one row.
 
     Args:
         plans: plan rows (``cluster, scope, series_id, model, quantile, valid_from, valid_to,
@@ -133,37 +154,93 @@ def score_plans(plans: pd.DataFrame, panel: pd.DataFrame, *, freq_s: int) -> pd.
         freq_s: the series' step in seconds.
 
     Returns:
-        :data:`SCORED_COLUMNS`, one row per plan row with every step of its window in the
-        panel and at least one value the day before it; GPU-hours in GPU times hours.
+        :data:`SCORED_COLUMNS`, one row per plan row (per pool: one row of scope
+        :data:`POOL_SCOPE` and no series) with every step of its window in the panel and at
+        least one value the day before it; GPU-hours in GPU times hours.
     """
     series = {str(sid): (g[TS].to_numpy(dtype="datetime64[ns]"),
                          g["value"].to_numpy(dtype=np.float64))
               for sid, g in panel.sort_values([SERIES_ID, TS]).groupby(SERIES_ID)}
     step = np.timedelta64(int(freq_s), "s")
-    hours = freq_s / 3600.0
-    out = []
-    for plan in plans.to_dict("records"):
+
+    def window(plan: Mapping[Any, Any]) -> tuple[FloatArray, float] | None:
+        """The values in use over a plan row's window and its series' peak the day before
+        (``None``: the window is not over or not stored, or no day before it)."""
         if str(plan["series_id"]) not in series:
-            continue
+            return None
         ts, values = series[str(plan["series_id"])]
         start = np.datetime64(pd.Timestamp(plan["valid_from"]), "ns")
         end = np.datetime64(pd.Timestamp(plan["valid_to"]), "ns")
         lo, hi = np.searchsorted(ts, [start, end])
         before = np.searchsorted(ts, start - np.timedelta64(_DAY))
         if hi - lo < (end - start) // step or before == lo:
-            continue  # the window is not over (or not stored), or no day before it
-        seen = values[lo:hi]
-        level, rule = float(plan["gpus_planned"]), float(values[before:lo].max())
-        out.append({
-            **{k: plan[k] for k in SCORED_COLUMNS[:8]}, "yesterday_peak": rule,
-            "in_use_gpu_hours": float(seen.sum() * hours), "peak_in_use": float(seen.max()),
-            "unmet_gpu_hours": float(np.maximum(seen - level, 0).sum() * hours),
-            "idle_gpu_hours": float(np.maximum(level - seen, 0).sum() * hours),
-            "covered": bool(seen.max() <= level + _EPS),
-            "rule_unmet_gpu_hours": float(np.maximum(seen - rule, 0).sum() * hours),
-            "rule_idle_gpu_hours": float(np.maximum(rule - seen, 0).sum() * hours),
-            "rule_covered": bool(seen.max() <= rule + _EPS)})
+            return None
+        return values[lo:hi], float(values[before:lo].max())
+
+    hours = freq_s / 3600.0
+    pooled = _pooled(plans)
+    out = []
+    for plan in plans[~pooled].to_dict("records"):
+        seen = window(plan)
+        if seen is not None:
+            level = float(plan["gpus_planned"])
+            out.append(_scored(plan, seen[0][None, :], np.array([level]), 0.0,
+                               np.array([seen[1]]), hours))
+    for _, group in plans[pooled].groupby(list(_PLAN_KEY), sort=False):
+        pool = group[group["scope"] == POOL_SCOPE]
+        vcs = group[group["scope"] != POOL_SCOPE].to_dict("records")
+        known = [w for w in map(window, vcs) if w is not None]
+        if not vcs or len(known) < len(vcs):
+            continue  # a pool is scored once every VC's window has ended
+        steps = min(len(seen) for seen, _ in known)
+        out.append(_scored(
+            {**pool.iloc[0].to_dict(), SERIES_ID: None},
+            np.stack([seen[:steps] for seen, _ in known]),
+            np.array([float(vc["gpus_planned"]) for vc in vcs]),
+            float(pool["gpus_planned"].iloc[0]), np.array([rule for _, rule in known]), hours))
     return pd.DataFrame(out, columns=list(SCORED_COLUMNS))
+
+
+#: The columns that make one served plan (its rows are its scopes).
+_PLAN_KEY = ("cluster", "model", "quantile", "valid_from", "valid_to")
+
+
+def plan_rows(plans: pd.DataFrame) -> int:
+    """How many plan rows :func:`score_plans` scores ``plans`` as: one per scope of a plan,
+    one per shared pool (its VCs' quotas and the pool together)."""
+    return int((~_pooled(plans) | (plans["scope"] == POOL_SCOPE)).sum())
+
+
+def _pooled(plans: pd.DataFrame) -> pd.Series:
+    """Which plan rows belong to a shared pool: those of a plan with a :data:`POOL_SCOPE`
+    row."""
+    if plans.empty:
+        return pd.Series(False, index=plans.index)
+    has_pool = (plans["scope"] == POOL_SCOPE).groupby(
+        [plans[k] for k in _PLAN_KEY], sort=False).transform("any")
+    return has_pool.astype(bool)
+
+
+def _scored(plan: Mapping[Any, Any], seen: FloatArray, levels: FloatArray, pool: float,
+            rule: FloatArray, hours: float) -> dict[str, Any]:
+    """One scored row: ``seen`` the in-use values of the plan's scopes ``(scopes, steps)``,
+    ``levels`` their planned levels (a pool's quotas), ``pool`` the GPUs shared among them
+    (0 for a plan row of one scope), ``rule`` their peaks the day before."""
+    over = np.maximum(seen - levels[:, None], 0.0).sum(axis=0)
+    unmet = np.maximum(over - pool, 0.0)
+    in_use = seen.sum(axis=0)
+    idle = levels.sum() + pool - (in_use - unmet)
+    rule_over = np.maximum(seen - rule[:, None], 0.0)
+    return {
+        **{k: plan[k] for k in SCORED_COLUMNS[:7]},
+        "gpus_planned": float(levels.sum() + pool), "yesterday_peak": float(rule.sum()),
+        "in_use_gpu_hours": float(in_use.sum() * hours), "peak_in_use": float(in_use.max()),
+        "unmet_gpu_hours": float(unmet.sum() * hours),
+        "idle_gpu_hours": float(idle.sum() * hours),
+        "covered": bool(unmet.max() <= _EPS),
+        "rule_unmet_gpu_hours": float(rule_over.sum() * hours),
+        "rule_idle_gpu_hours": float(np.maximum(rule[:, None] - seen, 0.0).sum() * hours),
+        "rule_covered": bool(rule_over.max() <= _EPS)}
 
 
 def summarise(scored: pd.DataFrame, scopes: Sequence[str]) -> pd.DataFrame:
@@ -173,13 +250,16 @@ def summarise(scored: pd.DataFrame, scopes: Sequence[str]) -> pd.DataFrame:
     Returns:
         ``model, scope, plans, quantile`` (the plans' mean quantile), ``in_use_gpu_hours,
         unmet_gpu_hours, unmet_share, idle_gpu_hours, coverage`` and the same for yesterday's
-        peak prefixed ``rule_``, and ``beats`` (whether the plans beat it:
-        :func:`beats_rule`); empty when nothing of ``scopes`` is scored.
+        peak prefixed ``rule_``, ``beats`` (whether the plans beat it: :func:`beats_rule`)
+        and ``pooled`` (a shared pool's plans: only their ``total`` row, each window's VCs
+        and pool together); empty when nothing of ``scopes`` is scored.
     """
-    mine = scored[scored["scope"].isin(list(scopes))]
+    mine = scored[scored["scope"].isin([*scopes, POOL_SCOPE])]
     rows = []
     for model, group in mine.groupby("model", sort=True):
-        for scope, part in [*sorted(group.groupby("scope")), ("total", group)]:
+        pooled = bool((group["scope"] == POOL_SCOPE).all())  # its VCs' quotas and one pool
+        parts = [] if pooled else sorted(group.groupby("scope"))
+        for scope, part in [*parts, ("total", group)]:
             in_use = float(part["in_use_gpu_hours"].sum())
             row: dict[str, Any] = {"model": str(model), "scope": str(scope), "plans": len(part),
                    "quantile": float(part["quantile"].mean()), "in_use_gpu_hours": in_use}
@@ -191,6 +271,7 @@ def summarise(scored: pd.DataFrame, scopes: Sequence[str]) -> pd.DataFrame:
                                                              .sum()),
                             f"{prefix}coverage": float(part[f"{prefix}covered"].mean())})
             row["beats"] = beats_rule(row)
+            row["pooled"] = pooled
             rows.append(row)
     return pd.DataFrame(rows)
 
@@ -209,7 +290,8 @@ def beats_rule(row: dict[str, Any]) -> bool:
 def track_record_warnings(summary: pd.DataFrame) -> list[str]:
     """Plain-words warnings on each model's total: where its served plans lost to
     yesterday's peak, and where fewer windows stayed within the plan than the plans'
-    quantile promises.
+    quantile promises (not for a shared pool: its shares are chosen for a share of demand
+    unmet, not for a quantile).
 
     Returns:
         One sentence per finding (none for an empty summary).
@@ -226,7 +308,7 @@ def track_record_warnings(summary: pd.DataFrame) -> list[str]:
                 f"{r['idle_gpu_hours']:,.1f} idle GPU-hours, while provisioning each scope at "
                 f"its peak of the day before would have left {_pct2(r['rule_unmet_share'])} "
                 f"unmet with {r['rule_idle_gpu_hours']:,.1f} idle GPU-hours.")
-        if r["coverage"] < r["quantile"] - _EPS:
+        if r["coverage"] < r["quantile"] - _EPS and not r["pooled"]:
             out.append(
                 f"{name}'s served plans covered fewer windows than their quantile promises: "
                 f"the peak in use stayed within the plan in {_pct1(r['coverage'])} of {n} "

@@ -391,8 +391,8 @@ class CapacityQuery(QueryModel):
         "the cheapest leaving at most this share of demand unmet, as a fraction (0.003) or a "
         "percentage (0.3%); quantile is then the fallback of a scope without a backtest",
         json_schema_extra={"examples": [0.003]})
-    record: bool = Field(default=True, description="keep the served plan in the store for "
-                         "the report's track record (false: a what-if)")
+    record: bool = Field(default=True, description="keep the served plan (and pool) in the "
+                         "store for the report's track record (false: a what-if)")
     day_floor: bool = Field(default=True, description="size each scope at least for what the "
                             "last 24 h used and, if its weekends differ from its weekdays, the "
                             "latest day of its kind (false: the forecast's quantile alone)")
@@ -630,6 +630,8 @@ class TrackRecordRowOut(BaseModel):
     rule_idle_gpu_hours: float
     rule_coverage: float
     beats: bool = Field(description="the plans did not lose to yesterday's peak")
+    pooled: bool = Field(default=False, description="a shared pool's plans (`pool=true`): "
+                         "each window's VC quotas and pool scored together, total only")
 
 
 class ScoredPlanOut(BaseModel):
@@ -637,7 +639,8 @@ class ScoredPlanOut(BaseModel):
 
     cluster: str
     scope: str
-    series_id: str
+    series_id: str | None = Field(description="the scope's GPUs-in-use series (none for a "
+                                  "shared pool's row)")
     model: str
     quantile: float
     valid_from: UtcTime
@@ -677,8 +680,8 @@ class ReportQuery(QueryModel):
     horizon: Horizon = "1d"
     quantile: Quantile = 0.95
     model: ModelAlias | None = None
-    record: bool = Field(default=True, description="keep the served plan in the store for "
-                         "the report's track record (false: a what-if)")
+    record: bool = Field(default=True, description="keep the served plan (and pool) in the "
+                         "store for the report's track record (false: a what-if)")
     day_floor: bool = Field(default=True, description="as `GET /v1/capacity`'s")
     pool: bool = Field(default=False, description="also each cluster's shared-pool "
                        "alternative, as `GET /v1/capacity`'s")

@@ -16,9 +16,11 @@ import pandas as pd
 import pytest
 from fastapi.testclient import TestClient
 
+from prism import usecases
 from prism.cli import main
 from prism.client import PrismClient
 from prism.config import Settings
+from prism.track_record import POOL_SCOPE
 from service.app import create_app
 from tests.factories import write_series_store
 from tests.service.conftest import LiveServer
@@ -103,6 +105,87 @@ def test_the_cli_and_the_api_give_one_pool_that_adds_up(
     assert f"pool: {api['pool_gpus']} GPUs; in all {api['pooled_gpus']} GPUs against " \
            f"{api['per_vc_gpus']} sized VC by VC and the VCs' 120 installed" \
            in " ".join(printed.split())
+    with usecases.open_store(db) as store:  # --no-record, record=false: what-ifs, not kept;
+        kept = store.capacity_plans("lab")  # the client's request (record by default) is
+    assert set(kept["served_by"]) == {"api"}
+    assert set(kept["model"]) == {"naive", "naive pool"}
+
+
+def test_a_served_pool_is_kept_and_scored_once_its_window_has_passed(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    vcs = _shifted_vcs(9)
+    db = _store(tmp_path, vcs=vcs)
+    models = tmp_path / "models"
+    capsys.readouterr()
+    assert main(["--db", str(db), "capacity", "--cluster", "lab", "--model", "naive",
+                 "--models-dir", str(models), "--pool", "--json"]) == 0
+    cli = json.loads(capsys.readouterr().out)["pool"]
+    with usecases.open_store(db) as store:
+        plans = store.capacity_plans("lab")
+    kept = plans[plans["model"] == "naive pool"].set_index("scope")
+    assert dict(kept["gpus_planned"]) == {**{v["scope"]: v["quota"] for v in cli["vcs"]},
+                                          POOL_SCOPE: cli["pool_gpus"]}
+    assert kept["series_id"].fillna("none").to_dict() == {
+        "vc-a": "lab/vc-a/gpus_in_use", "vc-b": "lab/vc-b/gpus_in_use",
+        "vc-c": "lab/vc-c/gpus_in_use", POOL_SCOPE: "none"}  # the pool: no series
+    assert set(kept["served_by"]) == {"cli"}
+    assert len(plans[plans["model"] == "naive"]) == 3  # the plan VC by VC beside it
+    config = Settings(db=str(db), models_dir=models, default_model="naive",
+                      fit_budget_s=60.0, api_token=None, refit_every=None, cors_origins=[])
+    with TestClient(create_app(config)) as client:  # the API keeps the same pool, once
+        api = client.get("/v1/capacity", params={"cluster": "lab", "model": "naive",
+                                                  "pool": "true"}).json()["pool"]
+        with usecases.open_store(db) as store:
+            again = store.capacity_plans("lab")
+        assert len(again) == len(plans)
+        assert set(again.loc[again["model"] == "naive pool", "served_by"]) == {"api"}
+        assert api["pool_gpus"] == cli["pool_gpus"]
+        # the window has not passed: nothing scored yet
+        pending = client.get("/v1/capacity/track-record", params={"cluster": "lab"}).json()
+        assert pending["plans_recorded"] == 4 and pending["plans_scored"] == 0
+    # a day later (the stored window moved back a day onto the last stored day)
+    with usecases.open_store(db) as store:
+        store.execute("DELETE FROM capacity_plans")
+        day = pd.Timedelta(days=1)
+        store.add_capacity_plans(again.assign(made_at=again["made_at"] - day,
+                                              valid_from=again["valid_from"] - day,
+                                              valid_to=again["valid_to"] - day
+                                              ).drop(columns="created_at"))
+    assert main(["--db", str(db), "track-record", "--cluster", "lab", "--json"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    pooled = [r for r in record["summary"] if r["model"] == "naive pool"]
+    assert [r["scope"] for r in pooled] == ["total"] and pooled[0]["pooled"]
+    # by hand: the last day, each VC above its quota served from the pool as far as it goes
+    y = np.stack([vcs[f"lab/{v['scope']}/gpus_in_use"][-DAY:] for v in cli["vcs"]])
+    quota = np.array([[v["quota"]] for v in cli["vcs"]], dtype=float)
+    over = np.clip(y - quota, 0, None).sum(axis=0)
+    unmet = np.clip(over - cli["pool_gpus"], 0, None)
+    idle = quota.sum() + cli["pool_gpus"] - (y.sum(axis=0) - unmet)
+    rule = np.stack([vcs[f"lab/{v['scope']}/gpus_in_use"][-2 * DAY:-DAY].max(keepdims=True)
+                     for v in cli["vcs"]])
+    row = pooled[0]
+    assert row["plans"] == 1
+    assert row["in_use_gpu_hours"] == pytest.approx(y.sum() / 6)
+    assert row["unmet_gpu_hours"] == pytest.approx(unmet.sum() / 6)
+    assert row["idle_gpu_hours"] == pytest.approx(idle.sum() / 6)
+    assert row["coverage"] == float(unmet.max() == 0)
+    assert row["rule_unmet_gpu_hours"] == pytest.approx(np.clip(y - rule, 0, None).sum() / 6)
+    assert row["rule_idle_gpu_hours"] == pytest.approx(np.clip(rule - y, 0, None).sum() / 6)
+    # the pool held fewer GPUs than the VCs sized apart, and idled less than their rule
+    plain = [r for r in record["summary"] if r["model"] == "naive" and r["scope"] == "total"]
+    assert row["idle_gpu_hours"] < plain[0]["idle_gpu_hours"]
+    with TestClient(create_app(config)) as client:  # the API's record says the same
+        served = client.get("/v1/capacity/track-record",
+                            params={"cluster": "lab", "plans": "true"}).json()
+    (by_api,) = [r for r in served["summary"] if r["model"] == "naive pool"]
+    assert by_api.keys() == row.keys()
+    for key, value in row.items():
+        if isinstance(value, float):
+            assert by_api[key] == pytest.approx(value, abs=1e-3), key
+        else:
+            assert by_api[key] == value, key
+    scored = [p for p in served["plans"] if p["model"] == "naive pool"]
+    assert [(p["scope"], p["series_id"]) for p in scored] == [(POOL_SCOPE, None)]
 
 
 @pytest.mark.slow

@@ -19,7 +19,13 @@ from prism import usecases
 from prism.cli import main
 from prism.config import Settings
 from prism.store import PLAN_COLUMNS, SCHEMA_VERSION, Store
-from prism.track_record import score_plans, summarise, track_record_warnings
+from prism.track_record import (
+    POOL_SCOPE,
+    plan_rows,
+    score_plans,
+    summarise,
+    track_record_warnings,
+)
 from prism.usecases.capacity import plan_cluster_capacity
 from service.app import create_app
 from tests.factories import HandForecasts, get_when_fitted, table_cells, write_series_store
@@ -32,9 +38,10 @@ LOSES = "served plans do not beat yesterday's peak"
 UNDER = "served plans covered fewer windows than their quantile promises"
 
 
-def _lab(folder: Path) -> tuple[Path, dict[str, np.ndarray]]:
+def _lab(folder: Path, *, write: bool = True) -> tuple[Path, dict[str, np.ndarray]]:
     """``DAYS`` days of 10-minute GPUs in use of ``lab``: vc-a at 8 GPUs but 13 at day 1
-    03:00 and 12 over day 2 00:00-01:00, vc-b at 5, ``all`` their sum; and capacities."""
+    03:00 and 12 over day 2 00:00-01:00, vc-b at 5, ``all`` their sum; and capacities
+    (``write=False``: the series only, no store)."""
     n = 144 * DAYS
     a = np.full(n, 8.0)
     a[144 + 18] = 13.0
@@ -42,6 +49,8 @@ def _lab(folder: Path) -> tuple[Path, dict[str, np.ndarray]]:
     b = np.full(n, 5.0)
     series = {"lab/vc-a/gpus_in_use": a, "lab/vc-b/gpus_in_use": b,
               "lab/all/gpus_in_use": a + b}
+    if not write:
+        return folder, series
     db = write_series_store(folder, series, "cluster,scope,gpus\nlab,vc-a,40\nlab,vc-b,20\n"
                             "lab,all,60\n", start=START)
     return db, series
@@ -198,6 +207,66 @@ def test_a_plan_scored_against_hand_made_actuals() -> None:
     found = track_record_warnings(summary.reset_index())
     assert not any(LOSES in w for w in found)
     assert any(UNDER in w and "0.0 % of 1 window(s)" in w for w in found)
+
+
+def test_a_shared_pool_is_scored_as_one_with_its_vcs_borrowing() -> None:
+    # lab's day 1: vc-a at 8 GPUs but 13 for one step at 03:00, vc-b at 5 all day; the day
+    # before, 8 and 5 (yesterday's peaks)
+    _, series = _lab(Path("."), write=False)
+    panel = pd.concat([pd.DataFrame({"series_id": sid, "value": values,
+                                     "ts": pd.date_range(START, periods=len(values), freq=STEP)})
+                       for sid, values in series.items()], ignore_index=True)
+    day1, day2 = START + pd.Timedelta(days=1), START + pd.Timedelta(days=2)
+
+    def pool(start: pd.Timestamp, hours: float, quotas: tuple[float, float], shared: float,
+             model: str = "hand pool") -> pd.DataFrame:
+        rows = _plans([("vc-a", start, hours, quotas[0]), ("vc-b", start, hours, quotas[1]),
+                       (POOL_SCOPE, start, hours, shared)]).assign(model=model)
+        rows.loc[rows["scope"] == POOL_SCOPE, "series_id"] = None
+        return rows
+
+    plans = pd.concat([
+        pool(day1, 24, (8.0, 5.0), 4.0),  # the spike's 5 GPUs above the quota: 4 borrowed
+        pool(day2 + pd.Timedelta(hours=3), 6, (8.0, 3.0), 3.0),  # vc-b borrows 2 all along
+        pool(START + pd.Timedelta(days=DAYS, hours=-3), 6, (8.0, 5.0), 1.0),  # not over
+        _plans([("vc-a", day1, 24, 13.0)])], ignore_index=True)  # a plan of one scope beside
+    scored = score_plans(plans, panel, freq_s=600)
+    assert plan_rows(plans) == 4 and len(scored) == 3
+    pools = scored[scored["scope"] == POOL_SCOPE].set_index("valid_from")
+    assert pools["series_id"].isna().all() and set(pools["model"]) == {"hand pool"}
+    h = 1 / 6  # hours per step
+    first = pools.loc[day1]
+    assert first["gpus_planned"] == 17.0 and first["yesterday_peak"] == 13.0
+    assert first["peak_in_use"] == 18.0
+    assert first["in_use_gpu_hours"] == pytest.approx((13 * 144 + 5) * h)
+    # one GPU short for one step; 4 GPUs idle (pool unused) at every other step
+    assert first["unmet_gpu_hours"] == pytest.approx(1 * h) and not first["covered"]
+    assert first["idle_gpu_hours"] == pytest.approx(4 * 143 * h)
+    # yesterday's peak of each VC apart: the spike's 5 GPUs unmet, nothing idle
+    assert first["rule_unmet_gpu_hours"] == pytest.approx(5 * h) and not first["rule_covered"]
+    assert first["rule_idle_gpu_hours"] == 0.0
+    second = pools.loc[day2 + pd.Timedelta(hours=3)]
+    # vc-b's 5 GPUs against a quota of 3: 2 borrowed of a pool of 3, 1 idle, none unmet
+    assert second["unmet_gpu_hours"] == 0.0 and second["covered"]
+    assert second["idle_gpu_hours"] == pytest.approx(1 * 36 * h)
+    # the plan of one scope is scored as before
+    alone = scored[scored["model"] == "hand"].iloc[0]
+    assert alone["unmet_gpu_hours"] == 0.0 and alone["idle_gpu_hours"] == pytest.approx(
+        (5 * 143) * h)
+    # the pool's summary is its total only, over both windows; no coverage warning (a pool
+    # is chosen for a share unmet, not a quantile), no loss to the rule (less unmet)
+    summary = summarise(scored, ["vc-a", "vc-b"])
+    mine = summary[summary["model"] == "hand pool"]
+    assert list(mine["scope"]) == ["total"] and bool(mine["pooled"].iloc[0])
+    assert mine["plans"].iloc[0] == 2 and mine["coverage"].iloc[0] == 0.5
+    assert mine["unmet_share"].iloc[0] == pytest.approx(
+        1 / (13 * 144 + 5 + 13 * 36))
+    assert bool(mine["beats"].iloc[0])
+    assert not [w for w in track_record_warnings(summary) if w.startswith("hand pool")]
+    # a pool that held more and left as much unmet as the rule loses to it, and is told so
+    worse = score_plans(pool(day1, 24, (8.0, 6.0), 0.0), panel, freq_s=600)
+    warned = track_record_warnings(summarise(worse, ["vc-a", "vc-b"]))
+    assert len(warned) == 1 and warned[0].startswith(f"hand pool's {LOSES}")
 
 
 # -- the report --------------------------------------------------------------------------------

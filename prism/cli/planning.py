@@ -182,7 +182,9 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
                 weeks=args.trend_weeks, quantile=args.quantile, growth=args.growth,
                 capacity_table=capacities, progress=bar)
         if args.pool:
-            pool = plan_cluster_pool(store, plan, max_unmet=max_unmet)
+            pool = plan_cluster_pool(store, plan, max_unmet=max_unmet,
+                                     record=None if args.no_record else "cli",
+                                     model=source.label, growth=args.growth)
     _notes(source)
     if args.output:
         where = write_output(plan.steps, args.output, args.format)
@@ -401,7 +403,8 @@ def _plan_flags(p: argparse.ArgumentParser) -> None:
                    "cheapest leaving at most this share of demand unmet, e.g. 0.3%% or 0.003 "
                    "(--quantile is then the fallback of a scope without a backtest)")
     p.add_argument("--no-record", action="store_true",
-                   help="do not keep the plan in the store for the report's track record")
+                   help="do not keep the plan (nor the shared pool of --pool) in the store "
+                   "for the report's track record")
     p.add_argument("--no-day-floor", action="store_true",
                    help="size at the forecast's quantile alone; by default a scope gets at "
                    "least what the last 24 h used and, if its weekends differ from its "

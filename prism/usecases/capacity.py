@@ -321,23 +321,35 @@ def record_plan(store: Store, plan: CapacityPlan, *, model: str, served_by: str,
     Returns:
         The rows recorded (0 when skipped).
     """
+    return keep_plan_rows(store, plan.cluster, [{
+        "scope": r.scope, "series_id": r.series_id, "valid_from": r.start, "valid_to": r.end,
+        "gpus_planned": float(r.gpus_needed), "quantile": float(r.quantile)}
+        for r in plan.rows], model=model, served_by=served_by, growth=growth, what="plan")
+
+
+def keep_plan_rows(store: Store, cluster: str, rows: list[dict[str, object]], *, model: str,
+                   served_by: str, growth: float, what: str) -> int:
+    """Write served plan rows (``scope, series_id, valid_from, valid_to, gpus_planned,
+    quantile``) to ``capacity_plans``, or log why not: a read-only store, a what-if
+    (``growth`` other than 1), no rows, a failed write (``what`` names it in the log).
+
+    Returns:
+        The rows recorded (0 when skipped).
+    """
     from prism.errors import PrismError
     from prism.store import PLAN_COLUMNS
 
-    if store.read_only or growth != 1.0 or not plan.rows:
-        logger.info("plan of %s not recorded: %s", plan.cluster,
+    if store.read_only or growth != 1.0 or not rows:
+        logger.info("%s of %s not recorded: %s", what, cluster,
                     "the store is read-only" if store.read_only else
                     "a what-if with growth" if growth != 1.0 else "no rows")
         return 0
-    frame = pd.DataFrame([{
-        "cluster": r.cluster, "scope": r.scope, "series_id": r.series_id, "made_at": r.start,
-        "valid_from": r.start, "valid_to": r.end, "gpus_planned": float(r.gpus_needed),
-        "quantile": float(r.quantile), "model": model, "served_by": served_by}
-        for r in plan.rows], columns=list(PLAN_COLUMNS))
+    frame = pd.DataFrame([{**r, "cluster": cluster, "made_at": r["valid_from"], "model": model,
+                           "served_by": served_by} for r in rows], columns=list(PLAN_COLUMNS))
     try:
         return store.add_capacity_plans(frame)
     except PrismError as exc:
-        logger.warning("plan of %s not recorded for its track record: %s", plan.cluster, exc)
+        logger.warning("%s of %s not recorded for its track record: %s", what, cluster, exc)
         return 0
 
 

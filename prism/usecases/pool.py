@@ -28,7 +28,8 @@ POOL_DAYS = 7
 
 
 def plan_cluster_pool(store: Store, plan: CapacityPlan, *, days: int = POOL_DAYS,
-                      max_unmet: float | None = None) -> PoolAdvice:
+                      max_unmet: float | None = None, record: str | None = None,
+                      model: str = "", growth: float = 1.0) -> PoolAdvice:
     """The quotas and the shared pool for the whole-cluster ``plan``'s window.
 
     Args:
@@ -37,6 +38,10 @@ def plan_cluster_pool(store: Store, plan: CapacityPlan, *, days: int = POOL_DAYS
         days: the days before the plan replayed to choose the shares on (fewer where the
             VCs' history is shorter; the advice says how many).
         max_unmet: the unmet share of demand the choice may leave on them (default 0.3 %).
+        record: who serves the pool (``cli``, ``api``, ``report``): keep it in the store for
+            its track record (:func:`record_pool`); ``None``: do not.
+        model: the label of the forecasts the plan was made with (``prism``).
+        growth: the plan's growth factor (a what-if, other than 1, is not recorded).
 
     Raises:
         ConfigError: for fewer than two VCs, or a history without a whole day before the
@@ -77,4 +82,34 @@ def plan_cluster_pool(store: Store, plan: CapacityPlan, *, days: int = POOL_DAYS
                          capacity=capacity)
     logger.info("pool for %s: quota %.2f, pool %.2f over %d days", plan.cluster, choice.quota,
                 choice.pool, choice.windows)
-    return pool_advice(plan, choice)
+    advice = pool_advice(plan, choice)
+    if record is not None:
+        record_pool(store, plan, advice, model=model, served_by=record, growth=growth)
+    return advice
+
+
+def record_pool(store: Store, plan: CapacityPlan, advice: PoolAdvice, *, model: str,
+                served_by: str, growth: float = 1.0) -> int:
+    """Keep a served shared pool in the store for its track record (:mod:`prism.track_record`):
+    one row per VC, its quota, and one row of scope :data:`~prism.track_record.POOL_SCOPE`,
+    the pool, over the plan's window, under the model label ``<model> pool`` at the plan's
+    quantile. Recording never fails the advice (see
+    :func:`prism.usecases.capacity.keep_plan_rows`).
+
+    Returns:
+        The rows recorded (0 when skipped).
+    """
+    from prism.track_record import POOL_SCOPE, POOL_SUFFIX
+    from prism.usecases.capacity import keep_plan_rows
+
+    rows = {r.scope: r for r in plan.rows}
+    first = rows[next(iter(advice.quotas))]
+    window = {"valid_from": first.start, "valid_to": first.end,
+              "quantile": float(plan.quantile)}
+    kept: list[dict[str, object]] = [
+        {"scope": vc, "series_id": rows[vc].series_id, "gpus_planned": float(quota), **window}
+        for vc, quota in sorted(advice.quotas.items())]
+    kept.append({"scope": POOL_SCOPE, "series_id": None,
+                 "gpus_planned": float(advice.pool_gpus), **window})
+    return keep_plan_rows(store, plan.cluster, kept, model=f"{model}{POOL_SUFFIX}",
+                          served_by=served_by, growth=growth, what="shared pool")

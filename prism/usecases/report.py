@@ -206,7 +206,9 @@ def _report_data(
         pooled, pool_note = None, ""
         if pool:
             try:
-                pooled = plan_cluster_pool(store, plan, max_unmet=max_unmet)
+                pooled = plan_cluster_pool(store, plan, max_unmet=max_unmet,
+                                           record="report" if record else None,
+                                           model=recorded.label)
             except ConfigError as exc:
                 pool_note = f"No shared pool: {exc}"
         sections.append(ClusterSection(cluster=cluster, plan=plan, scopes=scopes,
@@ -377,15 +379,17 @@ def cluster_track_record(store: Store, cluster: str, scopes: Sequence[str]) -> T
         The :class:`~prism.track_record.TrackRecord` (empty frames when nothing is recorded).
     """
     from prism.schema import freq_seconds
-    from prism.track_record import TrackRecord, score_plans, summarise
+    from prism.track_record import POOL_SCOPE, TrackRecord, score_plans, summarise
 
     known = store.list_series(cluster=cluster).set_index(SERIES_ID)
     plans = store.capacity_plans(cluster)
-    plans = plans[plans["scope"].isin(list(scopes)) & plans[SERIES_ID].isin(known.index)]
-    if plans.empty:
+    plans = plans[(plans["scope"].isin(list(scopes)) & plans[SERIES_ID].isin(known.index))
+                  | (plans["scope"] == POOL_SCOPE)]  # a shared pool's row has no series
+    ids = sorted(set(plans[SERIES_ID].dropna().astype(str)))
+    if not ids:
+        plans = plans.iloc[:0]
         empty = score_plans(plans, pd.DataFrame(columns=[SERIES_ID, "ts", "value"]), freq_s=1)
         return TrackRecord(cluster, plans, empty, summarise(empty, scopes), tuple(scopes), None)
-    ids = sorted(set(plans[SERIES_ID].astype(str)))
     freq_s = freq_seconds(str(known.loc[ids[0], "freq"]))
     start = pd.Timestamp(plans["valid_from"].min()) - pd.Timedelta(days=1)
     panel = store.load_panel(ids, start=start, end=pd.Timestamp(plans["valid_to"].max()))

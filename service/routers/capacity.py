@@ -77,9 +77,9 @@ def get_capacity(q: Annotated[CapacityQuery, Query()], server: ServerDep,
         procurement = ProcurementOut(
             cluster=bought.cluster, horizon_days=bought.horizon_days, weeks=bought.weeks,
             rows=[ProcurementRowOut.model_validate(r) for r in bought.records(steps=q.steps)])
-    pool = (PoolOut.model_validate(plan_cluster_pool(store, plan,
-                                                      max_unmet=q.max_unmet).records())
-            if q.pool else None)
+    pool = (PoolOut.model_validate(plan_cluster_pool(
+        store, plan, max_unmet=q.max_unmet, record="api" if q.record else None,
+        model=source.label, growth=q.growth).records()) if q.pool else None)
     return CapacityOut(cluster=q.cluster, horizon=q.horizon, quantile=q.quantile,
                        watts_idle=watts.idle, watts_busy=watts.busy,
                        rows=[CapacityRowOut.model_validate(r)
