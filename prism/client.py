@@ -360,12 +360,15 @@ class PrismClient:
         return rows
 
     def pool(self, cluster: str, *, horizon: str = "1d", quantile: float = 0.95,
-             model: str | None = None, max_unmet: float | str | None = None) -> dict[str, Any]:
+             model: str | None = None, max_unmet: float | str | None = None,
+             record: bool = True) -> dict[str, Any]:
         """The shared-pool alternative (``prism capacity --pool``): each VC's quota, the
         pool, their totals, the shares and how they did on the replayed days, as the API's
-        ``pool`` object."""
+        ``pool`` object (``record=False``: the server keeps neither the plan nor the pool
+        for the track record)."""
         data = self._capacity(cluster, scope=None, horizon=horizon, quantile=quantile,
-                              model=model, pool="true", max_unmet=max_unmet)
+                              model=model, pool="true", max_unmet=max_unmet,
+                              record=None if record else "false")
         pool: dict[str, Any] = data["pool"]
         return pool
 

@@ -65,6 +65,7 @@ def test_the_cli_and_the_api_give_one_pool_that_adds_up(
             "cluster": "lab", "model": "naive", "record": "false"})
         with PrismClient(live.url, token="") as prism:
             by_client = prism.pool("lab", model="naive")
+            assert prism.pool("lab", model="naive", record=False) == by_client
     assert answer.status_code == 200, answer.text
     api = answer.json()["pool"]
     assert plain.json()["pool"] is None  # only when asked
