@@ -178,7 +178,7 @@ def score_plans(plans: pd.DataFrame, panel: pd.DataFrame, *, freq_s: int) -> pd.
         return values[lo:hi], float(values[before:lo].max())
 
     hours = freq_s / 3600.0
-    pooled = _pooled(plans)
+    pooled = pooled_rows(plans)
     out = []
     for plan in plans[~pooled].to_dict("records"):
         seen = window(plan)
@@ -208,12 +208,12 @@ _PLAN_KEY = ("cluster", "model", "quantile", "valid_from", "valid_to")
 def plan_rows(plans: pd.DataFrame) -> int:
     """How many plan rows :func:`score_plans` scores ``plans`` as: one per scope of a plan,
     one per shared pool (its VCs' quotas and the pool together)."""
-    return int((~_pooled(plans) | (plans["scope"] == POOL_SCOPE)).sum())
+    return int((~pooled_rows(plans) | (plans["scope"] == POOL_SCOPE)).sum())
 
 
-def _pooled(plans: pd.DataFrame) -> pd.Series:
-    """Which plan rows belong to a shared pool: those of a plan with a :data:`POOL_SCOPE`
-    row."""
+def pooled_rows(plans: pd.DataFrame) -> pd.Series:
+    """Which plan rows belong to a shared pool: the rows of a plan (the same
+    :data:`_PLAN_KEY`) that has a :data:`POOL_SCOPE` row."""
     if plans.empty:
         return pd.Series(False, index=plans.index)
     has_pool = (plans["scope"] == POOL_SCOPE).groupby(

@@ -229,9 +229,11 @@ def test_a_shared_pool_is_scored_as_one_with_its_vcs_borrowing() -> None:
         pool(day1, 24, (8.0, 5.0), 4.0),  # the spike's 5 GPUs above the quota: 4 borrowed
         pool(day2 + pd.Timedelta(hours=3), 6, (8.0, 3.0), 3.0),  # vc-b borrows 2 all along
         pool(START + pd.Timedelta(days=DAYS, hours=-3), 6, (8.0, 5.0), 1.0),  # not over
-        _plans([("vc-a", day1, 24, 13.0)])], ignore_index=True)  # a plan of one scope beside
+        _plans([("vc-a", day1, 24, 13.0)]),  # a plan of one scope beside
+        pool(day1, 24, (8.0, 5.0), 4.0, model="gone pool").replace(  # a VC gone from the
+            {"lab/vc-b/gpus_in_use": "lab/vc-z/gpus_in_use"})], ignore_index=True)  # store
     scored = score_plans(plans, panel, freq_s=600)
-    assert plan_rows(plans) == 4 and len(scored) == 3
+    assert plan_rows(plans) == 5 and len(scored) == 3  # the pool without vc-z's data: none
     pools = scored[scored["scope"] == POOL_SCOPE].set_index("valid_from")
     assert pools["series_id"].isna().all() and set(pools["model"]) == {"hand pool"}
     h = 1 / 6  # hours per step

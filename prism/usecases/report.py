@@ -379,13 +379,15 @@ def cluster_track_record(store: Store, cluster: str, scopes: Sequence[str]) -> T
         The :class:`~prism.track_record.TrackRecord` (empty frames when nothing is recorded).
     """
     from prism.schema import freq_seconds
-    from prism.track_record import POOL_SCOPE, TrackRecord, score_plans, summarise
+    from prism.track_record import TrackRecord, pooled_rows, score_plans, summarise
 
     known = store.list_series(cluster=cluster).set_index(SERIES_ID)
     plans = store.capacity_plans(cluster)
+    # a shared pool's rows stay together (its pool row has no series; a pool whose VC has
+    # gone from the store is not scored, rather than scored without that VC)
     plans = plans[(plans["scope"].isin(list(scopes)) & plans[SERIES_ID].isin(known.index))
-                  | (plans["scope"] == POOL_SCOPE)]  # a shared pool's row has no series
-    ids = sorted(set(plans[SERIES_ID].dropna().astype(str)))
+                  | pooled_rows(plans)]
+    ids = sorted(set(plans[SERIES_ID].dropna().astype(str)) & set(known.index))
     if not ids:
         plans = plans.iloc[:0]
         empty = score_plans(plans, pd.DataFrame(columns=[SERIES_ID, "ts", "value"]), freq_s=1)
