@@ -203,9 +203,14 @@ def test_the_report_shows_the_pool_the_api_serves(tmp_path: Path,
     assert page.status_code == 200, page.text
     report = tmp_path / "report.html"
     assert main(["--db", str(db), "report", "--cluster", "lab", "--model", "naive",
-                 "--models-dir", str(models), "--no-record", "--pool",
-                 "--output", str(report)]) == 0
+                 "--models-dir", str(models), "--pool", "--output", str(report)]) == 0
     capsys.readouterr()
+    with usecases.open_store(db) as store:  # the report keeps the pool it showed (the API's
+        kept = store.capacity_plans("lab")  # record=false kept nothing)
+    pooled = kept[kept["model"] == "naive pool"].set_index("scope")["gpus_planned"]
+    assert dict(pooled) == {**{vc["scope"]: vc["quota"] for vc in api["vcs"]},
+                            POOL_SCOPE: api["pool_gpus"]}
+    assert set(kept["served_by"]) == {"report"}
     # the API's page and the CLI's file show the API's quotas and totals
     for html in (page.text, report.read_text()):
         table = html[html.index("<table class='pool'>"):]
