@@ -41,7 +41,6 @@ This module also holds two helpers the other trace adapters share: :func:`parse_
 from __future__ import annotations
 
 import csv
-import io
 import logging
 from pathlib import Path
 
@@ -90,8 +89,13 @@ def _read_log(path: Path) -> pd.DataFrame:
         if exc.line is not None or not exc.message.startswith("malformed CSV"):
             raise
         data = read_bytes(path)
-        header = next(csv.reader(io.StringIO(data.split(b"\n", 1)[0].decode("utf-8", "replace"))),
-                      [])
+        first = data.splitlines()[0] if data.strip() else b""  # a lone \r ends a line too
+        try:
+            header = next(csv.reader([first.decode("utf-8", "replace")]), [])
+        except csv.Error:
+            header = []
+        if not header:  # no header to count fields by: pyarrow's own message
+            raise
         line, what = locate_malformed_row(data, len(header), first_line=2)
         if line is None:
             raise

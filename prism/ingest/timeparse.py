@@ -7,7 +7,6 @@ holds) are reported in masks so that the adapters can name the row.
 from __future__ import annotations
 
 import csv
-import io
 
 import numpy as np
 import pandas as pd
@@ -197,7 +196,10 @@ def locate_malformed_row(
             text = raw.decode("utf-8")
         except UnicodeDecodeError:
             return number, "the line is not UTF-8 text"
-        fields = next(csv.reader(io.StringIO(text), delimiter=delimiter), [])
+        try:
+            fields = next(csv.reader([text], delimiter=delimiter), [])
+        except csv.Error as exc:
+            return number, f"the line cannot be split into fields ({exc})"
         if len(fields) != n_fields:
             return number, f"expected {n_fields} fields, found {len(fields)}"
     return None, ""

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from prism.errors import ConfigError, IngestError, PrismError
@@ -235,6 +235,8 @@ _ROW = st.one_of(
     st.binary(max_size=400),
     st.lists(_ROW, max_size=6).map(lambda rows: "\n".join([HEADER, *rows]).encode()),
 ), suffix=st.sampled_from([".csv", ".csv.gz"]), on_error=st.sampled_from(["fail", "skip"]))
+@example(content=b"\r\x00", suffix=".csv", on_error="fail")  # a lone \r before the first \n
+@example(content=b"job_id\rvc\n1,2\n", suffix=".csv", on_error="fail")
 def test_any_bytes_give_a_batch_or_a_prism_error(
     tmp_path: Path, content: bytes, suffix: str, on_error: str
 ) -> None:
