@@ -45,6 +45,7 @@ from prism import registry
 from prism.errors import ConfigError, DataContractError, ModelNotReady, PrismError
 from prism.forecasters import get_forecaster
 from prism.forecasters.base import BaseForecaster, clone
+from prism.forecasters.sync import store_sync
 from prism.hub.catalogue import Catalogue
 from prism.hub.fitting import FitProcesses, FitTimedOut
 from prism.hub.metrics import HubMetrics
@@ -534,7 +535,8 @@ class ModelJobs:
             self._sync(loaded)
 
     def _sync(self, loaded: LoadedModel) -> None:
-        """Bring a model up to the stored data (update; refit when the grid changed)."""
+        """Bring a model up to the stored data: update it, or refit it where it was fitted on
+        other data (:mod:`prism.forecasters.sync`)."""
         catalogue = self._catalogue.snapshot()  # watermarks before the data is read
         forecaster = loaded.forecaster
         sids = [s for s in forecaster.series_ids_ if s in catalogue]
@@ -545,28 +547,17 @@ class ModelJobs:
             return
         with self._store.cursor() as cur:
             panel = cur.load_panel(stale)
-        new_points = []
-        for sid, group in panel.groupby(SERIES_ID, sort=True):
-            sid = str(sid)
-            history = forecaster.history_[sid]
-            values = group[VALUE].to_numpy(dtype=np.float64)
-            start = pd.Timestamp(group[TS].iloc[0])
-            if (start != forecaster.first_ts_[sid] or len(values) < len(history)
-                    or catalogue[sid].freq_s != forecaster.freq_s_):
-                logger.info("%s changed before its end in %s; refitting", sid, loaded.model_id)
-                self._refit(loaded)
-                return
-            same = min(len(history), len(values))
-            differ = np.flatnonzero(history[:same] != values[:same])
-            first = int(differ[0]) if len(differ) else same
-            if first < len(values):
-                new_points.append(group.iloc[first:])
+        sync = store_sync(forecaster, panel, {s: catalogue[s].freq_s for s in stale})
+        if sync.refit is not None:
+            logger.info("%s: %s; refitting", loaded.model_id, sync.refit)
+            self._refit(loaded)
+            return
         updated = forecaster
-        if new_points:
+        if not sync.points.empty:
             clock = time.perf_counter()
             updated = forecaster.copy()
             try:
-                updated.update(pd.concat(new_points, ignore_index=True))
+                updated.update(sync.points)
             except DataContractError as exc:
                 logger.info("cannot update %s (%s); refitting", loaded.model_id, exc)
                 self._refit(loaded)

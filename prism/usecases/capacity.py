@@ -763,13 +763,20 @@ class SavedModels:
             if sid not in missing:
                 by_model.setdefault(newest[sid], []).append(sid)
         frames = []
+        used = []
         for model_id, sids in sorted(by_model.items()):
-            frames.append(forecast_series(store, sids, horizon=horizon, quantiles=levels,
-                                          model=self._model, from_model=model_id,
-                                          models_dir=root).frame)
-        if by_model:
+            # a saved model fitted on other data (another store's) is refitted and saved
+            result = forecast_series(store, sids, horizon=horizon, quantiles=levels,
+                                     model=self._model, from_model=model_id,
+                                     models_dir=root, save=True)
+            frames.append(result.frame)
+            if result.refitted:
+                self.notes.append(f"{model_id}: {result.refitted}")
+            else:
+                used.append(model_id)
+        if used:
             self.notes.append(f"forecast by the saved {self._key} model(s) "
-                              f"{', '.join(sorted(by_model))} in {root} (updated to the stored "
+                              f"{', '.join(used)} in {root} (updated to the stored "
                               "data); --refit fits a new one")
         if missing:
             done = forecast_series(store, missing, horizon=horizon, quantiles=levels,

@@ -135,8 +135,10 @@ class ForecastResult:
         fallback: series id -> why it was forecast by the fallback.
         model_ids: every registry model it was made with (several when ``from_model`` is an
             alias whose series are spread over models, as a batch refit saves them).
-        notes: what the caller should know about the forecast (a horizon longer than the
-            history it stands on).
+        notes: what the caller should know about the forecast (a saved model refitted
+            because it was fitted on other data, a horizon longer than the history it
+            stands on).
+        refitted: the note on a saved model refitted because it was fitted on other data.
     """
 
     frame: pd.DataFrame
@@ -144,6 +146,7 @@ class ForecastResult:
     fallback: dict[str, str]
     model_ids: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    refitted: str | None = None
 
 
 def forecast_series(
@@ -171,11 +174,15 @@ def forecast_series(
         model: the forecaster's alias (ignored with ``from_model``).
         params: its hyperparameters as text (``season=1w``), parsed to the types of their
             defaults.
-        save: save the fitted model in the registry.
+        save: save the fitted model in the registry (also a saved model refitted because
+            it was fitted on other data).
         from_model: a registry model id to forecast with, or an alias: each series is then
             forecast by the newest model of that alias fitted on it (the series of those
             models that are in the store when no series are named). The models are updated
-            with the stored points that arrived after they were fitted.
+            with the stored points that arrived or were revised after their fitted part; a
+            model fitted on other data (another store's, a series re-derived since) is
+            refitted on the stored series and says so in ``notes``
+            (:mod:`prism.forecasters.sync`, as the API's hub decides).
         models_dir: the registry (default ``PRISM_MODELS_DIR`` or ``./models``).
         reconcile: ``bottom_up`` or ``mint_shrink`` to make scope forecasts add up.
         clusters: also forecast every series of these clusters (:func:`select_series`).
@@ -195,6 +202,8 @@ def forecast_series(
     """
     from prism import registry
     from prism.forecasters import get_forecaster
+    from prism.forecasters.base import clone
+    from prism.forecasters.sync import store_sync
     from prism.reconcile import one_step_residuals
     from prism.reconcile import reconcile as reconcile_frame
 
@@ -206,19 +215,32 @@ def forecast_series(
     root = _registry(models_dir)
     model_id: str | None = None
     model_ids: tuple[str, ...] = ()
+    refitted: tuple[str, ...] = ()
     if from_model:
         forecaster, wanted, model_ids = _saved_models(store, root, from_model, series_ids,
                                                       progress=step)
         model_id = model_ids[0] if len(model_ids) == 1 else None
         fresh = load_panel(store, wanted)
         history = fresh
-        newer = fresh[fresh["ts"] > fresh["series_id"].map(forecaster.last_ts_)]
-        if not newer.empty:
-            touched = int(newer["series_id"].nunique())
-            step("update", 0, touched)
-            forecaster.update(newer)
-            step("update", touched, touched)
         n = len(wanted)
+        sync = store_sync(forecaster, fresh, _stored_steps(store, wanted))
+        if sync.refit is not None:  # fitted on other data: refit it on the store's
+            step("fit", 0, n)
+            forecaster = clone(forecaster).fit(fresh)
+            step("fit", n, n)
+            saved_as = "not saved: --save keeps it"
+            model_id, model_ids = None, ()
+            if save:
+                model_id = registry.save_model(forecaster, root).model_id
+                model_ids = (model_id,)
+                saved_as = f"saved as {model_id}"
+            refitted = (f"the saved {forecaster.alias} model was fitted on other data "
+                        f"({sync.refit}): refitted on the stored series, {saved_as}",)
+        elif not sync.points.empty:
+            touched = int(sync.points[SERIES_ID].nunique())
+            step("update", 0, touched)
+            forecaster.update(sync.points)
+            step("update", touched, touched)
         step("forecast", 0, n)
         frame = forecaster.predict(horizon, quantiles)
         frame = frame[frame["series_id"].isin(wanted)].reset_index(drop=True)
@@ -243,7 +265,18 @@ def forecast_series(
                                 residuals=one_step_residuals(forecaster))
         step("reconcile", n, n)
     return ForecastResult(frame, model_id, dict(forecaster.fallback_), model_ids,
-                          _horizon_notes(frame, history))
+                          refitted + _horizon_notes(frame, history),
+                          refitted[0] if refitted else None)
+
+
+def _stored_steps(store: Store, series_ids: Sequence[str]) -> dict[str, int]:
+    """Series id -> its stored step in seconds."""
+    from prism.schema import freq_seconds
+
+    catalogue = store.list_series()
+    catalogue = catalogue[catalogue[SERIES_ID].astype(str).isin(set(series_ids))]
+    return {str(sid): freq_seconds(str(freq))
+            for sid, freq in zip(catalogue[SERIES_ID], catalogue["freq"], strict=True)}
 
 
 def _horizon_notes(frame: pd.DataFrame, history: pd.DataFrame) -> tuple[str, ...]:
