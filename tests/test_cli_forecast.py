@@ -328,3 +328,30 @@ def test_a_horizon_longer_than_the_history_gets_a_note(
     assert main(["--db", db, "forecast", "lab/vc1/gpus_in_use", "--model", "naive",
                  "--horizon", "6h", "--output", str(tmp_path / "g.csv"), "-q"]) == 0
     assert "longer than the stored history" not in capsys.readouterr().err
+
+
+def test_forecast_all_fits_one_model_per_stored_step(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db, models = str(tmp_path / "p.duckdb"), str(tmp_path / "models")
+    for cluster, freq, periods in (("ten", "10min", 300), ("one", "1min", 600)):
+        path = tmp_path / f"{cluster}.csv"
+        pd.DataFrame({"series_id": f"{cluster}/all/gpus_in_use",
+                      "ts": pd.date_range("2026-01-05", periods=periods, freq=freq),
+                      "value": np.arange(periods) % 7 + (1 if cluster == "ten" else 50)}
+                     ).to_csv(path, index=False, date_format="%Y-%m-%dT%H:%M:%S")
+        assert main(["--db", db, "ingest", str(path), "--format", "long-csv", "--freq", freq,
+                     "-q"]) == 0
+    out = tmp_path / "f.csv"
+    assert main(["--db", db, "forecast", "--all", "--model", "naive", "--horizon", "1h",
+                 "--save", "--models-dir", models, "--output", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert "stored at 2 steps (60 s, 600 s): one naive model was fitted per step" \
+        in captured.err
+    assert "2 models" in captured.out + captured.err
+    frame = pd.read_csv(out)
+    rows = frame.groupby("series_id")["mean"].agg(["size", "first"])
+    assert rows.loc["ten/all/gpus_in_use"].tolist() == [6, 299 % 7 + 1]
+    assert rows.loc["one/all/gpus_in_use"].tolist() == [60, 599 % 7 + 50]
+    # both saved models serve their series again
+    assert main(["--db", db, "forecast", "--from-model", "naive", "--models-dir", models,
+                 "--horizon", "1h", "-q"]) == 0

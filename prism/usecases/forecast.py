@@ -14,7 +14,7 @@ API). Both answer the same question, so the CLI and the API call the same use ca
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -26,7 +26,7 @@ from prism.forecasters.base import PAST_HISTORY
 from prism.forecasters.compose import SeriesModels
 from prism.forecasters.params import typed_params
 from prism.progress import Progress
-from prism.schema import SERIES_ID
+from prism.schema import SERIES_ID, TS
 from prism.usecases.series import load_panel
 
 if TYPE_CHECKING:
@@ -215,61 +215,82 @@ def forecast_series(
     root = _registry(models_dir)
     model_id: str | None = None
     model_ids: tuple[str, ...] = ()
-    refitted: tuple[str, ...] = ()
+    notes: list[str] = []
+    refitted: str | None = None
     if from_model:
-        forecaster, wanted, model_ids = _saved_models(store, root, from_model, series_ids,
-                                                      progress=step)
-        model_id = model_ids[0] if len(model_ids) == 1 else None
-        fresh = load_panel(store, wanted)
-        history = fresh
+        held = _saved_models(store, root, from_model, series_ids, progress=step)
+        wanted = [sid for _, sids, _ in held for sid in sids]
+        history = load_panel(store, wanted)
         n = len(wanted)
-        sync = store_sync(forecaster, fresh, _stored_steps(store, wanted))
-        if sync.refit is not None:  # fitted on other data: refit it on the store's
-            step("fit", 0, n)
-            forecaster = clone(forecaster).fit(fresh)
-            step("fit", n, n)
-            saved_as = "not saved: --save keeps it"
-            model_id, model_ids = None, ()
-            if save:
-                model_id = registry.save_model(forecaster, root).model_id
-                model_ids = (model_id,)
-                saved_as = f"saved as {model_id}"
-            refitted = (f"the saved {forecaster.alias} model was fitted on other data "
-                        f"({sync.refit}): refitted on the stored series, {saved_as}",)
-        elif not sync.points.empty:
-            touched = int(sync.points[SERIES_ID].nunique())
-            step("update", 0, touched)
-            forecaster.update(sync.points)
-            step("update", touched, touched)
-        step("forecast", 0, n)
-        frame = forecaster.predict(horizon, quantiles)
-        frame = frame[frame["series_id"].isin(wanted)].reset_index(drop=True)
+        if len(held) > 1:
+            notes.append(f"the series are stored at {len(held)} steps: the saved models of "
+                         "each step forecast them")
+        parts = []
+        for forecaster, sids, ids in held:
+            fresh = history[history[SERIES_ID].isin(sids)]
+            sync = store_sync(forecaster, fresh, _stored_steps(store, sids))
+            if sync.refit is not None:  # fitted on other data: refit it on the store's
+                step("fit", 0, n)
+                forecaster = clone(forecaster).fit(fresh)
+                step("fit", n, n)
+                saved_as = "not saved: --save keeps it"
+                if save:
+                    ids = (registry.save_model(forecaster, root).model_id,)
+                    saved_as = f"saved as {ids[0]}"
+                else:
+                    ids = ()
+                refitted = (f"the saved {forecaster.alias} model was fitted on other data "
+                            f"({sync.refit}): refitted on the stored series, {saved_as}")
+                notes.append(refitted)
+            elif not sync.points.empty:
+                touched = int(sync.points[SERIES_ID].nunique())
+                step("update", 0, touched)
+                forecaster.update(sync.points)
+                step("update", touched, touched)
+            step("forecast", 0, n)
+            frame = forecaster.predict(horizon, quantiles)
+            parts.append((forecaster, frame[frame[SERIES_ID].isin(sids)].reset_index(drop=True)))
+            model_ids += ids
         step("forecast", n, n)
+        model_id = model_ids[0] if len(model_ids) == 1 else None
     else:
-        forecaster = get_forecaster(model, **typed_params(model, params or {}))
         panel = load_panel(store, series_ids)
         history = panel
-        n = int(panel["series_id"].nunique())
+        n = int(panel[SERIES_ID].nunique())
+        groups: dict[int, list[str]] = {}
+        for sid, freq_s in _stored_steps(store, panel[SERIES_ID].unique()).items():
+            groups.setdefault(freq_s, []).append(sid)
+        if len(groups) > 1:  # a global model learns across series of one step
+            notes.append(f"the series are stored at {len(groups)} steps "
+                         f"({', '.join(f'{s:,} s' for s in sorted(groups))}): one {model} "
+                         "model was fitted per step")
+        parts = []
         step("fit", 0, n)
-        forecaster.fit(panel)
+        for _, group in sorted(groups.items()):
+            fitted = get_forecaster(model, **typed_params(model, params or {}))
+            parts.append((fitted.fit(panel[panel[SERIES_ID].isin(group)]), pd.DataFrame()))
         step("fit", n, n)
         step("forecast", 0, n)
-        frame = forecaster.predict(horizon, quantiles)
+        parts = [(fitted, fitted.predict(horizon, quantiles)) for fitted, _ in parts]
         step("forecast", n, n)
         if save:
-            model_id = registry.save_model(forecaster, root).model_id
-            model_ids = (model_id,)
+            model_ids = tuple(registry.save_model(fitted, root).model_id for fitted, _ in parts)
+            model_id = model_ids[0] if len(model_ids) == 1 else None
             step("save", n, n)
     if reconcile:
-        frame = reconcile_frame(frame, method=reconcile,
-                                residuals=one_step_residuals(forecaster))
+        parts = [(fitted, reconcile_frame(part, method=reconcile,
+                                          residuals=one_step_residuals(fitted)))
+                 for fitted, part in parts]
         step("reconcile", n, n)
-    return ForecastResult(frame, model_id, dict(forecaster.fallback_), model_ids,
-                          refitted + _horizon_notes(frame, history),
-                          refitted[0] if refitted else None)
+    frame = parts[0][1] if len(parts) == 1 else pd.concat(
+        [part for _, part in parts], ignore_index=True).sort_values(
+        [SERIES_ID, TS], kind="stable", ignore_index=True)
+    fallback = {sid: why for fitted, _ in parts for sid, why in fitted.fallback_.items()}
+    return ForecastResult(frame, model_id, fallback, model_ids,
+                          (*notes, *_horizon_notes(frame, history)), refitted)
 
 
-def _stored_steps(store: Store, series_ids: Sequence[str]) -> dict[str, int]:
+def _stored_steps(store: Store, series_ids: Iterable[str]) -> dict[str, int]:
     """Series id -> its stored step in seconds."""
     from prism.schema import freq_seconds
 
@@ -335,11 +356,12 @@ def _registry(models_dir: str | Path | None) -> Path:
 
 def _saved_models(store: Store, root: Path, name: str, series_ids: Sequence[str] | None,
                   progress: Progress | None = None,
-                  ) -> tuple[BaseForecaster, list[str], tuple[str, ...]]:
-    """The saved model(s) that forecast the series: ``(forecaster, series, model ids)``.
+                  ) -> list[tuple[BaseForecaster, list[str], tuple[str, ...]]]:
+    """The saved model(s) that forecast the series, one per stored step: ``(forecaster,
+    series, model ids)``.
 
     ``name`` is a model id (that model), or an alias (for each series, the newest model of
-    the alias fitted on it, held together as one
+    the alias fitted on it, the models of one step held together as one
     :class:`~prism.forecasters.compose.SeriesModels` when they are several).
 
     Raises:
@@ -378,10 +400,16 @@ def _saved_models(store: Store, root: Path, name: str, series_ids: Sequence[str]
         done += per_model[mid]
         if progress is not None:
             progress("load", done, len(wanted))
-    if len(loaded) == 1:
-        return next(iter(loaded.values())), wanted, tuple(loaded)
-    held = SeriesModels.join({s: loaded[records[s].model_id] for s in wanted})
-    return held, wanted, tuple(sorted(loaded))
+    by_step: dict[int, list[str]] = {}  # series of one step are held as one model
+    for sid in wanted:
+        by_step.setdefault(loaded[records[sid].model_id].freq_s_, []).append(sid)
+    held = []
+    for _, sids in sorted(by_step.items()):
+        mids = tuple(sorted({records[s].model_id for s in sids}))
+        model = (loaded[mids[0]] if len(mids) == 1 else
+                 SeriesModels.join({s: loaded[records[s].model_id] for s in sids}))
+        held.append((model, sids, mids))
+    return held
 
 
 _MODEL_COLUMNS = ["model_id", "alias", "series", "data_start", "data_end", "version",
