@@ -103,8 +103,9 @@ def backtest_cutoffs(
             )
             if on_short == "raise":
                 raise DataContractError(
-                    f"{reason}: pass fewer windows, a shorter horizon or step, or skip short "
-                    "series (on_short='skip')"
+                    f"{reason}: pass fewer windows, a shorter horizon or step, or leave the "
+                    "series out (a backtest of a cluster, a metric or --all skips short series "
+                    "with a note; in Python, on_short='skip')"
                 )
             logger.warning("%s; skipped", reason)
             continue
