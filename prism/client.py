@@ -33,6 +33,12 @@ from prism.errors import PrismError
 logger = logging.getLogger(__name__)
 
 
+def _band_name(quantile: float) -> str:
+    """The API's name of a quantile's band (``0.975 -> 'p97.5'``; the server's
+    ``quantile_column``, written here so that the client needs no forecasting libraries)."""
+    return "p" + f"{round(quantile * 100, 6):.6f}".rstrip("0").rstrip(".")
+
+
 class PrismAPIError(PrismError):
     """The API answered with an error.
 
@@ -96,7 +102,7 @@ class Forecast:
         Raises:
             KeyError: for a quantile that was not requested.
         """
-        return self.bands[f"p{round(quantile * 100, 6):g}"]
+        return self.bands[_band_name(quantile)]
 
     def to_frame(self) -> Any:
         """The forecast contract as a pandas frame: ``series_id, ts, model, mean, p..``."""
@@ -284,7 +290,7 @@ class PrismClient:
                 retries.
         """
         query: list[tuple[str, str]] = [("series_id", series_id), ("horizon", horizon),
-                                        ("quantiles", ",".join(f"{q:g}" for q in quantiles))]
+                                        ("quantiles", ",".join(repr(float(q)) for q in quantiles))]
         if model:
             query.append(("model", model))
         query += [("param", f"{k}={_text(v)}") for k, v in (params or {}).items()]

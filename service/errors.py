@@ -18,6 +18,7 @@ from __future__ import annotations
 import difflib
 import errno
 import logging
+import math
 import re
 from typing import Any
 
@@ -97,8 +98,23 @@ async def handle_validation_error(request: Request, exc: Exception) -> JSONRespo
         errors = [{**e, "msg": _unknown_message(str(e["loc"][0]), str(e["loc"][1]),
                                                 names[e["loc"][0]])}
                   if _unknown_field(e) else e for e in errors]
-        exc = RequestValidationError(errors, body=exc.body)
+    # a refused NaN or Infinity (JSON bodies may hold them) is shown as text: JSON cannot
+    # hold it, and the 422 itself failed as a 500 ("Out of range float values")
+    errors = [{**e, "input": _printable(e.get("input"))} if "input" in e else e
+              for e in errors]
+    exc = RequestValidationError(errors, body=exc.body)
     return await request_validation_exception_handler(request, exc)
+
+
+def _printable(value: Any) -> Any:
+    """``value`` with its non-finite floats (at any depth) as text (``'NaN'``)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value).replace("nan", "NaN").replace("inf", "Infinity")
+    if isinstance(value, list | tuple):
+        return [_printable(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _printable(v) for k, v in value.items()}
+    return value
 
 
 def _unknown_field(error: dict[str, Any]) -> bool:

@@ -711,7 +711,11 @@ class IngestQuery(QueryModel):
 
 class IngestRecords(BaseModel):
     """JSON rows to ingest, with the columns of the format (e.g. ``series_id, ts, value``
-    for ``long-csv``)."""
+    for ``long-csv``); the ingest's options are query parameters, so any other field is
+    refused (``{"records": [...], "on_error": "skip"}`` would otherwise fail on the row it
+    meant to skip)."""
+
+    model_config = ConfigDict(extra="forbid")
 
     records: list[dict[str, str | int | float | bool | None]] = Field(min_length=1)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
@@ -515,11 +516,23 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         _err.print(warning, markup=False)
     _err.print(f"serving {settings.db} on http://{args.host}:{args.port} (API docs at "
                f"/docs, models in {settings.models_dir}); Ctrl-C stops", markup=False)
-    # announce the server beside the store: the CLI and notebooks go through its API
-    with announce_server(settings.db, client_url(args.host, args.port)):
-        uvicorn.run(create_app(settings), host=args.host, port=args.port,
-                    log_level="info" if args.verbose else "warning", access_log=args.verbose)
+    # SIGTERM (systemd, Kubernetes) stops the server as Ctrl-C does: uvicorn shuts down and
+    # raises the signal again on its way out, whose default action ended the process before
+    # the server file below was removed
+    previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    try:
+        # announce the server beside the store: the CLI and notebooks go through its API
+        with announce_server(settings.db, client_url(args.host, args.port)):
+            uvicorn.run(create_app(settings), host=args.host, port=args.port,
+                        log_level="info" if args.verbose else "warning",
+                        access_log=args.verbose)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     return 0
+
+
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(0)
 
 
 def _dispatch(args: argparse.Namespace) -> int:

@@ -91,8 +91,8 @@ DEFAULT_QUANTILES = (0.5, 0.9)
 
 
 def quantile_column(q: float) -> str:
-    """``0.5 -> 'p50'``, ``0.975 -> 'p97.5'``."""
-    return f"p{round(q * 100, 6):g}"
+    """``0.5 -> 'p50'``, ``0.975 -> 'p97.5'``, ``0.1234567 -> 'p12.34567'`` (to 1e-8)."""
+    return "p" + f"{round(q * 100, 6):.6f}".rstrip("0").rstrip(".")
 
 
 #: Why a forecast longer than its series' history should be read with care.
@@ -136,15 +136,27 @@ def horizon_steps(horizon: int | str, freq_s: int, *, name: str = "horizon") -> 
 
 
 def check_quantiles(quantiles: Sequence[float]) -> list[float]:
-    """Sorted unique quantiles, each strictly between 0 and 1.
+    """Sorted unique quantiles, each strictly between 0 and 1, each its own band name.
 
     Raises:
-        ConfigError: for a quantile outside (0, 1).
+        ConfigError: for a quantile outside (0, 1), or levels that band names (to 1e-8) cannot
+            tell apart from each other or from 0 and 1.
     """
     out = sorted({float(q) for q in quantiles})
     bad = [q for q in out if not 0 < q < 1]
     if bad:
         raise ConfigError(f"quantiles must be between 0 and 1 (exclusive); got {bad}")
+    names: dict[str, float] = {}
+    for q in out:
+        name = quantile_column(q)
+        if name in ("p0", "p100"):
+            raise ConfigError(f"quantile {q!r} is too close to {name[1:-2] or 0} for a band "
+                              f"name ({name}; band names resolve 1e-8): give levels at least "
+                              "1e-8 from 0 and 1")
+        if name in names:
+            raise ConfigError(f"quantiles {names[name]!r} and {q!r} share the band name {name} "
+                              "(band names resolve 1e-8): give levels at least 1e-8 apart")
+        names[name] = q
     return out
 
 

@@ -15,10 +15,11 @@ annotation names (``d: int | None = None`` takes ``d=1`` as the number 1):
 **Limits.** Hyperparameters that come from a request to the API are bounded
 (``typed_params(..., bounded=True)``): :data:`PARAM_LIMITS` holds, per forecaster, the
 smallest and largest value of each parameter whose cost grows with it (iterations, rows,
-epochs, sizes, windows). A number is compared with ``least``/``most`` (an integer given to a
-duration-or-steps parameter is a number of steps), a duration with ``longest``, each item of a
-sequence on its own; ``none`` is refused where it lifts the bound (ARIMA's whole-series
-``fit_window``).
+epochs, sizes, windows) or that its library takes only within a range (learning rates,
+seeds); ``nan`` is refused for every number, bounded or not. A number is compared with
+``least``/``most`` (an integer given to a duration-or-steps parameter is a number of steps),
+a duration with ``longest``, each item of a sequence on its own; ``none`` is refused where
+it lifts the bound (ARIMA's whole-series ``fit_window``).
 The CLI fits on the user's own machine and is not bounded.
 """
 
@@ -72,9 +73,13 @@ def _span(longest: str, *, none: bool = True) -> Limit:
     return Limit(least=1, most=steps, longest=longest, none=none)
 
 
-#: Per forecaster alias, the range of each hyperparameter whose cost grows with it, for the
-#: requests of the API (the defaults and ``test_params()`` are well inside). One table:
-#: change a bound here.
+#: A seed: what numpy, scikit-learn and torch take.
+_SEED = Limit(least=0, most=2**32 - 1)
+
+#: Per forecaster alias, the range of each hyperparameter whose cost grows with it, or that
+#: its library refuses or turns into NaN forecasts outside a range (a learning rate of 0 or
+#: 1e308, a negative seed), for the requests of the API (the defaults and ``test_params()``
+#: are well inside). One table: change a bound here.
 PARAM_LIMITS: dict[str, dict[str, Limit]] = {
     "seasonal_naive": {"season": _span("8w")},
     "window_average": {"window": _span("8w")},
@@ -84,18 +89,24 @@ PARAM_LIMITS: dict[str, dict[str, Limit]] = {
               "max_q": _count(5, least=0), "d": _count(2, least=0),
               "seasonal_order": _count(2, least=0), "season": _span("1w"),
               "fit_window": _span("8w", none=False), "time_budget": Limit(least=0.1, most=60)},
-    "theta": {"season": _span("1w")},
+    "theta": {"season": _span("1w"), "theta": Limit(least=1, most=100)},
     "mstl": {"periods": _span("2w"), "iterate": _count(10), "jump": _count()},
     "gbm": {"max_iter": _count(1000), "max_rows": _count(100_000),
             "max_leaf_nodes": _count(255, least=2), "min_samples_leaf": _count(),
-            "n_jobs": _count(4), "max_horizon": _span("1w")},
+            "n_jobs": _count(4), "max_horizon": _span("1w"),
+            "learning_rate": Limit(least=1e-4, most=1), "l2_regularization": Limit(least=0,
+                                                                                  most=1e6),
+            "random_state": _SEED},
     "prism": {"lookback": _span("1w"), "horizon": _span("1w"), "n_atoms": _count(64),
               "sparsity": _count(8), "stack_window": _span("4w"),
               "combiner_window": _span("4w"), "combiner_trim_horizon": _span("1w"),
-              "rnn_hidden_size": _count(256), "rnn_epochs": _count(50)},
+              "rnn_hidden_size": _count(256), "rnn_epochs": _count(50),
+              "combiner_power": Limit(least=0, most=10), "combiner_trim": Limit(least=1),
+              "random_state": _SEED},
     "gru": {"lookback": _span("2w"), "horizon": _span("2w"), "resolution": _span("1w"),
             "hidden_size": _count(256), "num_layers": _count(4), "epochs": _count(50),
-            "batch_size": _count(1024), "patience": _count(20), "max_windows": _count(4096)},
+            "batch_size": _count(1024), "patience": _count(20), "max_windows": _count(4096),
+            "learning_rate": Limit(least=1e-6, most=1), "random_state": _SEED},
 }
 PARAM_LIMITS["lstm"] = PARAM_LIMITS["gru"]
 
@@ -256,6 +267,13 @@ def _parse_bool(text: str) -> bool:
     return value in _TRUE
 
 
+def _parse_float(text: str) -> float:
+    value = float(text)
+    if value != value:  # NaN: no forecaster takes it, and it passes every range check
+        raise ValueError(text)
+    return value
+
+
 #: How text becomes each scalar type.
-_PARSE: dict[type, Callable[[str], object]] = {bool: _parse_bool, int: int, float: float,
-                                               str: str}
+_PARSE: dict[type, Callable[[str], object]] = {bool: _parse_bool, int: int,
+                                               float: _parse_float, str: str}

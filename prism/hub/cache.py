@@ -39,7 +39,7 @@ def cache_key(series_id: str, model: str, model_version: str, watermark: str,
               horizon_steps: int, quantiles: Sequence[float]) -> CacheKey:
     """What a forecast is cached under, in memory and in ``forecast_cache``."""
     return (series_id, model, model_version, watermark, horizon_steps,
-            ",".join(f"{q:g}" for q in quantiles))
+            ",".join(repr(float(q)) for q in quantiles))  # exact: :g kept 6 digits
 
 
 class _Entry:

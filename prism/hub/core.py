@@ -50,6 +50,10 @@ logger = logging.getLogger(__name__)
 _DECIMALS = 4
 #: The longest forecast one request may ask for (at 10 min: 138 days).
 MAX_HORIZON_STEPS = 20_000
+#: The most values (series x steps x (the mean and each quantile)) one request may ask for:
+#: one series at the longest horizon with 99 quantiles. A request of 1,000 series x 20,000
+#: steps x 99 quantiles held the server's memory until the kernel killed it.
+MAX_FORECAST_VALUES = 2_000_000
 #: How long :meth:`ForecastHub.close` waits for its threads (a warm-up fit, the cache writer).
 _CLOSE_S = 5.0
 
@@ -346,6 +350,26 @@ class ForecastHub:
                 self._jobs.job_for(sid, spec, save=save)
         return [self.forecast(sid, horizon=horizon, quantiles=quantiles, spec=spec,
                               deadline=deadline, save=save) for sid in series_ids]
+
+    def check_size(self, series_ids: Sequence[str], horizon: str | int,
+                   quantiles: Sequence[float]) -> None:
+        """Refuse a request for more than :data:`MAX_FORECAST_VALUES` forecast values, before
+        any work: each limit alone (series, steps, quantiles) lets their product through.
+        (Use cases that keep only a summary, such as a capacity plan, are not bounded so.)
+
+        Raises:
+            ConfigError: naming the limit; SeriesNotFound for an unknown series.
+        """
+        per_step = len(check_quantiles(quantiles)) + 1  # the mean and each band
+        values = 0
+        for sid in series_ids:
+            values += self._steps(horizon, self.series_state(sid).freq_s) * per_step
+            if values > MAX_FORECAST_VALUES:
+                raise ConfigError(
+                    f"{len(series_ids):,} series x horizon {horizon!r} x {per_step - 1} "
+                    f"quantile(s) is over {MAX_FORECAST_VALUES:,} forecast values (series x "
+                    "steps x (quantiles + the mean)) for one request: ask for fewer series, "
+                    "a shorter horizon or fewer quantiles, and split the rest over requests")
 
     @staticmethod
     def _key(series_id: str, spec: ModelSpec, loaded: LoadedModel, steps: int,

@@ -320,17 +320,34 @@ class ModelJobs:
             ``(refits, fits)`` queued (a refit covers every series its model serves).
 
         Raises:
-            ModelNotReady: when the queue is full or the hub is closing (what was queued
-                before stays queued).
+            ConfigError: when the jobs would not fit in the queue even empty (name fewer
+                series); nothing is queued then.
+            ModelNotReady: when the queue has no room for them now (nothing is queued then;
+                retry later) or the hub is closing.
         """
         wanted = set(series_ids)
         with self._lock:
             due = sorted({m for (sid, key), m in self._routes.items()
                           if sid in wanted and key == spec.key})
             covered = {sid for (sid, key) in self._routes if sid in wanted and key == spec.key}
+            missing = [sid for sid in series_ids if sid not in covered]
+            keys = [("refit", m) for m in due] + [("fit", sid, spec.key) for sid in missing]
+            new = sum(key not in self._jobs or self._jobs[key].done() for key in keys)
+            waiting = sum(not f.done() and k not in self._job_started
+                          for k, f in self._jobs.items())
+        if new > self._queue_limit:  # all or nothing: a retry would queue part of it again
+            raise ConfigError(
+                f"refitting these {len(series_ids):,} series takes {new:,} model jobs and the "
+                f"queue holds {self._queue_limit:,}: ask for at most {self._queue_limit:,} "
+                "series per request, or refit them all offline with `prism refit --all` (the "
+                "batch engine) while the server is stopped")
+        if waiting + new > self._queue_limit:
+            self._metrics.job_rejected()
+            raise ModelNotReady(f"{waiting} model jobs are waiting and these need {new} more "
+                                f"(the queue holds {self._queue_limit}); retry later",
+                                retry_after=_FIRST_GUESS["fit"])
         for model_id in due:
             self._submit(("refit", model_id), self._refit_job, model_id)
-        missing = [sid for sid in series_ids if sid not in covered]
         for sid in missing:
             key = ("fit", sid, spec.key)
             self._submit(key, self._fit_job, sid, spec, True)

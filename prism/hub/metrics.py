@@ -120,7 +120,7 @@ class HubMetrics:
                 continue
             mean[label] = served.mean[step - 1]
             for q in served.quantiles:
-                quantiles[(f"{q:g}", label)] = served.bands[quantile_column(q)][step - 1]
+                quantiles[(repr(float(q)), label)] = served.bands[quantile_column(q)][step - 1]
         with self._lock:
             old = self._forecasts.get(served.series_id)
             if old is not None and old.model == served.model and old.start_s == start_s:

@@ -531,7 +531,8 @@ def serve_forecasts(
     Raises:
         SeriesNotFound: for an unknown series.
         ConfigError: for a bad horizon, quantile, model or parameter, a parameter out of its
-            range, or a fit that ran past its time budget.
+            range, a fit that ran past its time budget, or more values than one request may
+            ask for (:data:`prism.hub.core.MAX_FORECAST_VALUES`).
         ModelNotReady: when a model is still being fitted or updated.
     """
     alias = model or hub.spec().alias
@@ -540,6 +541,7 @@ def serve_forecasts(
     if len(series_ids) == 1:
         return [hub.forecast(series_ids[0], horizon=horizon, quantiles=quantiles, spec=spec,
                              save=keep)]
+    hub.check_size(series_ids, horizon, quantiles)  # before any fit or forecast
     return hub.forecast_many(series_ids, horizon=horizon, quantiles=quantiles, spec=spec,
                              save=keep)
 

@@ -46,6 +46,14 @@ async def ingest(q: Annotated[IngestQuery, Query()], request: Request,
                  server: ServerDep) -> IngestOut:
     """Ingest CSV/Parquet files (multipart field ``file``, repeatable, or the raw body) or
     JSON ``{"records": [...]}`` in one transaction; the same content again is a no-op."""
+    if q.format == "prometheus" and _check_kind(request) == "application/json":
+        # its input is a query_range answer, a file, not records: say how to send it
+        raise HTTPException(
+            status.HTTP_415_UNSUPPORTED_MEDIA_TYPE,
+            "format prometheus reads the JSON body of /api/v1/query_range as a file: send it "
+            "as multipart/form-data (field `file`) or as a raw body of type "
+            "application/octet-stream (with ?filename=NAME.json); application/json here "
+            "means {\"records\": [...]} rows")
     files, records = await _read_body(request, q.filename)
     options = IngestOptions(
         cluster=q.cluster, scope=q.scope, tz=q.tz, origin=q.origin, time_col=q.time_col,

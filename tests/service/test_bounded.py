@@ -23,7 +23,8 @@ from prism.forecasters.params import typed_params
 from prism.hub import ForecastHub
 from prism.store import Store
 from prism.usecases.forecast import serve_forecasts
-from tests.service.conftest import SERIES, Trace
+from service.app import create_app
+from tests.service.conftest import SERIES, Trace, make_settings, started
 
 OTHER = "cluster-0/vc-27a/gpu_demand"
 
@@ -222,3 +223,67 @@ def test_ad_hoc_parameters_are_not_saved_unless_asked(client: TestClient) -> Non
         "params": {"season": "3h"}, "save": True})
     assert posted.status_code == 200, posted.text
     assert len(_saved(client)) == 4
+
+
+# -- 4c: what each limit lets through together, and values libraries refuse -------------------
+def test_a_request_for_too_many_forecast_values_is_refused_before_any_work(
+        client: TestClient) -> None:
+    ids = [SERIES, OTHER] * 60  # 120 series x 20,000 steps x (3 quantiles + the mean)
+    answer = client.post("/v1/forecast", json={"series_ids": ids, "horizon": "20000",
+                                               "quantiles": [0.5, 0.9, 0.99]})
+    assert answer.status_code == 422, answer.text
+    detail = answer.json()["detail"]
+    assert "over 2,000,000 forecast values" in detail and "fewer series" in detail
+    assert client.get("/readyz").json()["jobs"] == 0  # nothing was fitted or queued
+    one = client.get("/v1/forecast", params={"series_id": SERIES, "horizon": "20000",
+                                             "quantiles": "0.5,0.9,0.99"})
+    assert one.status_code == 200, one.text  # one series at the longest horizon is served
+
+
+@pytest.mark.parametrize(("model", "param", "says"), [
+    ("gbm", "learning_rate=0", "at least 0.0001"),
+    ("gbm", "learning_rate=1e308", "at most 1"),
+    ("gbm", "learning_rate=nan", "expected a float"),
+    ("gbm", "l2_regularization=-5", "at least 0"),
+    ("prism", "random_state=-1", "at least 0"),
+    ("theta", "theta=0.5", "at least 1"),
+])
+def test_values_a_library_refuses_get_422_not_500(client: TestClient, model: str, param: str,
+                                                   says: str) -> None:
+    answer = client.get("/v1/forecast", params=[("series_id", SERIES), ("horizon", "1h"),
+                                                 ("model", model), ("param", param)])
+    assert answer.status_code == 422, answer.text
+    assert param.split("=")[0] in answer.json()["detail"] and says in answer.json()["detail"]
+
+
+def test_nan_quantiles_in_a_json_body_get_422(client: TestClient) -> None:
+    for levels in ("[NaN]", "[Infinity]", "[-Infinity, 0.5]", "[1e400]"):
+        answer = client.post("/v1/forecast", headers={"content-type": "application/json"},
+                             content=f'{{"series_ids": ["{SERIES}"], "model": "naive", '
+                                     f'"horizon": "10min", "quantiles": {levels}}}')
+        assert answer.status_code == 422, (levels, answer.text)
+        assert answer.json()["detail"][0]["loc"][:2] == ["body", "quantiles"]
+
+
+def test_every_quantile_gets_a_band_of_its_own(client: TestClient) -> None:
+    answer = client.get("/v1/forecast", params={"series_id": SERIES, "horizon": "30min",
+                                                "model": "naive",
+                                                "quantiles": "0.1234567,0.1234568"})
+    assert answer.status_code == 200, answer.text
+    assert sorted(answer.json()["bands"]) == ["p12.34567", "p12.34568"]
+    for level in ("1e-9", "0.999999999"):
+        refused = client.get("/v1/forecast", params={"series_id": SERIES, "horizon": "30min",
+                                                     "quantiles": level})
+        assert refused.status_code == 422 and "band name" in refused.text, refused.text
+
+
+def test_a_refit_is_queued_whole_or_not_at_all(trace: Trace, tmp_path: Path) -> None:
+    with started(create_app(make_settings(trace, tmp_path, fit_queue=4))) as client:
+        every = client.post("/v1/models/refit", json={"series_ids": None, "model": "naive"})
+        assert every.status_code == 422, every.text
+        assert "ask for at most 4 series per request" in every.json()["detail"]
+        assert "prism refit --all" in every.json()["detail"]
+        assert client.get("/readyz").json()["jobs"] == 0  # nothing of it was queued
+        some = client.post("/v1/models/refit", json={"series_ids": [SERIES, OTHER],
+                                                     "model": "naive"})
+        assert some.status_code == 202 and some.json()["fits"] == 2

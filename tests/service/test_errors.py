@@ -206,3 +206,20 @@ def test_a_forecast_longer_than_the_history_carries_a_note(client: TestClient) -
     short = client.get("/v1/forecast", params={"series_id": SERIES, "horizon": "6h",
                                                "model": "naive"})
     assert short.status_code == 200 and short.json()["note"] is None
+
+
+def test_a_json_ingest_with_a_field_it_does_not_take_is_refused_whole(
+        client: TestClient) -> None:
+    row = {"series_id": "lab/all/gpus_in_use", "ts": "2026-01-05T00:30:00Z", "value": 5}
+    for extra in ({"other": 1}, {"on_error": "skip"}):
+        answer = client.post("/v1/ingest", params={"format": "long-csv"},
+                             json={"records": [row], **extra})
+        assert answer.status_code == 422, answer.text
+        [error] = answer.json()["detail"]
+        assert error["loc"] == ["body", next(iter(extra))] and "unknown field" in error["msg"]
+    assert client.get("/v1/series", params={"cluster": "lab"}).json()["count"] == 0
+    answer = client.post("/v1/ingest", params={"format": "prometheus"},
+                         json={"status": "success", "data": {"resultType": "matrix",
+                                                             "result": []}})
+    assert answer.status_code == 415
+    assert "multipart/form-data (field `file`)" in answer.json()["detail"]

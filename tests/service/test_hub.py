@@ -96,8 +96,10 @@ def test_refit_schedule_replaces_old_models(tmp_path: Path, trace: Trace) -> Non
     db = tmp_path / "p.duckdb"
     db.write_bytes(trace.db.read_bytes())
     with Store.open(db) as store:
+        # a minute for a request to wait for a fit, as make_settings gives: under load the
+        # default 2 s ran out while a scheduled refit was being fitted in its child process
         hub = ForecastHub(store, models_dir=tmp_path / "models", default_model="naive",
-                          refit_every="1s").start()
+                          refit_every="1s", fit_budget_s=60).start()
         try:
             first = hub.forecast(SERIES, horizon="1h", quantiles=[0.5])
             deadline = time.monotonic() + 15

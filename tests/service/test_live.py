@@ -17,6 +17,7 @@ import pytest
 
 from prism.client import PrismAPIError, PrismClient
 from prism.config import Settings
+from prism.remote import server_file
 from prism.store import Store
 from service.app import create_app
 from tests.service.conftest import SERIES, LiveServer, Trace, make_settings
@@ -185,9 +186,11 @@ def test_prism_serve_runs_the_api(trace: Trace, tmp_path: Path) -> None:
         fc = httpx.get(f"http://127.0.0.1:{port}/v1/forecast",
                        params={"series_id": SERIES, "horizon": "1h"}).json()
         assert fc["model"] == "naive" and len(fc["mean"]) == 6
+        assert server_file(settings.db).exists()  # the CLI finds the server through it
     finally:
-        server.send_signal(signal.SIGINT)
+        server.send_signal(signal.SIGTERM)  # as systemd and Kubernetes stop a service
         _, err = server.communicate(timeout=30)
     assert server.returncode == 0, err.decode()
     assert f"on http://127.0.0.1:{port}" in err.decode()
     assert (tmp_path / "models" / "naive").is_dir()  # the fitted model was saved
+    assert not server_file(settings.db).exists()  # withdrawn on the way out
