@@ -227,8 +227,15 @@ FROM v JOIN info i ON i.metric = split_part(v.series_id, '/', 3)
 MIN_FREQ_S = 60
 
 
-def set_cluster_config(store: Store, cluster: str, *, freq: str | None, fill: str | None) -> None:
-    """Record the bucket size and fill policy of ``cluster`` (kept for later ingests)."""
+def set_cluster_config(store: Store, cluster: str, *, freq: str | None, fill: str | None) -> str:
+    """Record the bucket size and fill policy of ``cluster`` (kept for later ingests).
+
+    Returns:
+        What changed for a cluster the store had (``"freq 10min -> 1h"``), else ``""``.
+
+    Raises:
+        ConfigError: for a ``freq`` finer than :data:`MIN_FREQ_S`.
+    """
     row = store.fetch_one("SELECT freq_s, fill FROM clusters WHERE cluster = ?", [cluster])
     freq_s = freq_seconds(freq) if freq else (row[0] if row else freq_seconds(DEFAULT_FREQ))
     if freq and freq_s < MIN_FREQ_S:
@@ -240,6 +247,14 @@ def set_cluster_config(store: Store, cluster: str, *, freq: str | None, fill: st
         "INSERT OR REPLACE INTO clusters (cluster, freq_s, fill) VALUES (?, ?, ?)",
         [cluster, freq_s, policy],
     )
+    if row is None:
+        return ""
+    changes = []
+    if int(row[0]) != freq_s:
+        changes.append(f"freq {format_freq(int(row[0]))} -> {format_freq(freq_s)}")
+    if str(row[1]) != policy:
+        changes.append(f"fill {row[1]} -> {policy}")
+    return ", ".join(changes)
 
 
 def derive_clusters(store: Store, clusters: Sequence[str]) -> int:
@@ -270,6 +285,7 @@ def derive_clusters(store: Store, clusters: Sequence[str]) -> int:
     store.execute("DELETE FROM series WHERE list_contains(?, cluster)", [names])
     _derive_jobs(store, names, freq_s)
     _derive_samples(store, names, freq_s, fill)
+    _check_values(store, names)
     metrics = [r[0] for r in store.fetch_all(
         """SELECT DISTINCT split_part(series_id, '/', 3) FROM series_values
            WHERE list_contains(?, cluster)""", [names])]
@@ -346,6 +362,49 @@ def _derive_samples(
         [clusters, [freq_s[c] * 1_000_000 for c in clusters], [fill[c] for c in clusters],
          sums, zero],
     )
+
+
+def _check_values(store: Store, clusters: list[str]) -> None:
+    """The derived values are a panel: one finite value per ``(series_id, ts)``.
+
+    Ingestion keeps one source per series (:mod:`prism.ingest.conflicts`), so a repeat here
+    is a store written before that was checked; a non-finite value comes from samples whose
+    bucket sum or mean overflows (two values of 1e308).
+
+    Raises:
+        DataContractError: naming the series, the bucket and how to fix it.
+    """
+    twice = store.fetch_one(
+        """SELECT series_id, ts FROM series_values WHERE list_contains(?, cluster)
+           GROUP BY series_id, ts HAVING count(*) > 1 ORDER BY series_id, ts LIMIT 1""",
+        [clusters]) if store.fetch_one(
+        """SELECT count(*) > count(DISTINCT hash(series_id, ts)) FROM series_values
+           WHERE list_contains(?, cluster)""", [clusters]) == (True,) else None
+    if twice is not None:
+        series_id, ts = twice
+        raise DataContractError(
+            f"series {series_id!r} would get two values at {ts}: it is both sampled and derived "
+            "from jobs (or two job scopes share one name in series ids); this store was "
+            "written by an older PRISM that did not refuse that: ingest the files again into "
+            "a new store (--db NEW.duckdb), which names the file to change")
+    bad = store.fetch_one(
+        """SELECT v.series_id, v.ts, v.value FROM series_values v
+           WHERE list_contains(?, v.cluster) AND NOT isfinite(v.value)
+           ORDER BY v.series_id, v.ts LIMIT 1""", [clusters])
+    if bad is not None:
+        series_id, ts, value = bad
+        files = store.fetch_all(
+            """SELECT DISTINCT i.path FROM samples s JOIN ingests i USING (ingest_id)
+               WHERE s.series_id = ? AND s.ts >= ?::TIMESTAMP
+                 AND s.ts < ?::TIMESTAMP + to_seconds((SELECT freq_s FROM clusters c
+                                                      WHERE c.cluster = s.cluster))
+               ORDER BY 1 LIMIT 3""", [series_id, ts, ts])
+        raise DataContractError(
+            f"series {series_id!r}: the values of the bucket at {ts} add up to {value} (too "
+            f"large a number)" + (f", from {', '.join(str(f[0]) for f in files)}"
+                                  if files else "")
+            + ": check those values (a unit error, or a placeholder such as 1e308) and "
+            "ingest them corrected")
 
 
 def _check_buckets(cluster: str, n: int, freq_s: int) -> None:

@@ -89,7 +89,7 @@ class AlibabaPodsAdapter(Adapter):
                                   f"{col} is a resource request: write a value >= 0")
         times = {}
         for col in ("creation_time", "scheduled_time", "deletion_time"):
-            times[col], bad = parse_times(frame[col], unit="s", origin=origin)
+            times[col], bad, _ = parse_times(frame[col], unit="s", origin=origin)
             check_times(checker, frame[col], bad, col, col, "write seconds since the trace "
                         "origin", years=JOB_YEARS, numeric=True,
                         reason=f"{col} is not a number of seconds")

@@ -351,6 +351,8 @@ def stream_arrow(
         if not head:
             return None
         header = head.split(",")
+        if len(set(header)) != len(header):
+            return None  # the slow path names the repeated column
         types = {c: t for c, t in column_types.items() if c in header}
         convert = pacsv.ConvertOptions(column_types=types, strings_can_be_null=True,
                                        timestamp_parsers=[pacsv.ISO8601])
@@ -375,11 +377,14 @@ def read_table(
     required: Sequence[str] = (),
     column_types: dict[str, pa.DataType] | None = None,
     delimiter: str = ",",
+    literal: bool = False,
 ) -> pd.DataFrame:
     """Read a CSV (plain or ``.gz``) or Parquet file into a pandas frame with ``_line``.
 
     With ``column_types`` the typed (fast) read is tried first; when a value does not parse,
     the file is read again as strings so that the caller's checks can name the bad row.
+    With ``literal`` (and no ``column_types``) only an empty CSV cell is missing: ``NaN``,
+    ``NULL`` or ``N/A`` stay text, which the checks refuse quoting the value.
 
     Raises:
         IngestError: empty or truncated file, unreadable CSV, or a required column missing.
@@ -396,10 +401,12 @@ def read_table(
             ) from exc
         if frame.empty and not len(frame.columns):
             raise IngestError("file is empty", path=str(path), fix="pass a file with rows")
+        check_header(path, [str(c) for c in frame.columns], None)
         frame[LINE] = np.arange(1, len(frame) + 1)  # Parquet rows are numbered from 1
     else:
         data = read_bytes(path)
-        frame = _read_csv_bytes(path, data, column_types, delimiter)
+        frame = _read_csv_bytes(path, data, column_types, delimiter, literal)
+        check_header(path, [str(c) for c in frame.columns])
         frame[LINE] = _row_lines(data, len(frame))
     missing = [c for c in required if c not in frame.columns]
     if missing:
@@ -418,6 +425,23 @@ def read_table(
     return frame
 
 
+def check_header(path: Path, names: Sequence[str], line: int | None = 1) -> None:
+    """Refuse a header that names a column twice: which of the two is meant would be left to
+    chance (and the readers cannot tell them apart).
+
+    Raises:
+        IngestError: naming the column, its positions and the fix.
+    """
+    seen: dict[str, int] = {}
+    for i, name in enumerate(names, 1):
+        if name in seen:
+            raise IngestError(
+                f"column {name!r} appears twice in the header (fields {seen[name]} and {i})",
+                path=str(path), line=line, column=name,
+                fix="give every column its own name: rename or drop one of the two")
+        seen[name] = i
+
+
 def _other_delimiter(columns: list[str], delimiter: str) -> str | None:
     """The delimiter a one-column header holds instead of ``delimiter`` (``;`` from a
     spreadsheet in a locale with decimal commas, tabs, pipes), or ``None``."""
@@ -429,10 +453,12 @@ def _other_delimiter(columns: list[str], delimiter: str) -> str | None:
 
 
 def _read_csv_bytes(
-    path: Path, data: bytes, column_types: dict[str, pa.DataType] | None, delimiter: str
+    path: Path, data: bytes, column_types: dict[str, pa.DataType] | None, delimiter: str,
+    literal: bool = False,
 ) -> pd.DataFrame:
     parse = pacsv.ParseOptions(delimiter=delimiter)
     header = data.split(b"\n", 1)[0].decode("utf-8", "replace").strip().split(delimiter)
+    check_header(path, [h.strip('"') for h in header])
     if column_types:
         types = {c: t for c, t in column_types.items() if c in header}
         convert = pacsv.ConvertOptions(
@@ -446,8 +472,8 @@ def _read_csv_bytes(
             pass  # fall back to strings so that the checks can name the bad row
     try:
         convert = pacsv.ConvertOptions(
-            column_types={c: pa.string() for c in header}, strings_can_be_null=True
-        )
+            column_types={c: pa.string() for c in header}, strings_can_be_null=True,
+            **({"null_values": [""]} if literal else {}))
         table = pacsv.read_csv(io.BytesIO(data), parse_options=parse, convert_options=convert)
     except (pa.ArrowException, ValueError) as exc:
         line, what = locate_malformed_row(data, len(header), first_line=2, delimiter=delimiter)

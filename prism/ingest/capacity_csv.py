@@ -23,6 +23,7 @@ from prism.ingest.base import (
     register,
 )
 from prism.ingest.checks import (
+    JOB_YEARS,
     RowChecker,
     check_times,
     parse_numbers,
@@ -52,9 +53,10 @@ class CapacityCsvAdapter(Adapter):
         checker.check((gpus < 0).to_numpy(), "gpus", "GPU count is negative",
                       "GPU counts must be >= 0")
         if "valid_from" in frame.columns:
-            valid_from, bad = parse_times(frame["valid_from"], tz=options.tz)
+            valid_from, bad, dst = parse_times(frame["valid_from"], tz=options.tz)
             check_times(checker, frame["valid_from"], bad, "valid_from", "valid_from",
-                        "write ISO 8601 times", reason="time does not parse")
+                        "write ISO 8601 times", reason="time does not parse", years=JOB_YEARS,
+                        times=valid_from, dst=dst, tz=options.tz)
         else:
             valid_from = pd.Series(pd.NaT, index=frame.index, dtype="datetime64[ns]")
         out = pd.DataFrame({

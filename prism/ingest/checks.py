@@ -139,7 +139,7 @@ def _shown(value: object) -> str:
 def parse_times(
     values: pd.Series, *, tz: str | None = None, unit: str | None = None,
     origin: pd.Timestamp | None = None,
-) -> tuple[pd.Series, np.ndarray]:
+) -> tuple[pd.Series, np.ndarray, np.ndarray]:
     """Parse a column of times into UTC-naive ``datetime64[ns]``.
 
     Args:
@@ -149,8 +149,9 @@ def parse_times(
         origin: origin of numeric times.
 
     Returns:
-        The parsed times (NaT where empty) and a mask of values that were present but did
-        not parse.
+        The parsed times (NaT where empty or bad), a mask of values that were present but did
+        not parse, and a mask of naive times that do not exist or are ambiguous in ``tz``
+        (a daylight-saving change; :func:`check_times` tells which).
     """
     present = values.notna().to_numpy()
     check_tz(tz)
@@ -159,13 +160,16 @@ def parse_times(
         inside = ((out >= pd.Timestamp("1678-01-02")) & (out <= pd.Timestamp("2262-04-10"))
                   ).to_numpy(dtype=bool) if getattr(out.dt, "tz", None) is None else present
         out = out.where(inside)  # beyond what datetime64[ns] holds: reported as bad
+        dst = np.zeros(len(out), dtype=bool)
         if getattr(out.dt, "tz", None) is not None:
             out = out.dt.tz_convert("UTC").dt.tz_localize(None)
         elif tz:
+            wall = out.notna().to_numpy()
             out = out.dt.tz_localize(tz, ambiguous="NaT", nonexistent="NaT").dt.tz_convert(
                 "UTC").dt.tz_localize(None)
+            dst = wall & out.isna().to_numpy()
         out = out.astype("datetime64[ns]")
-        return out, present & (out.isna().to_numpy() | ~inside)
+        return out, present & (out.isna().to_numpy() | ~inside) & ~dst, dst
     if unit is not None or pd.api.types.is_numeric_dtype(values):
         numbers = pd.to_numeric(values, errors="coerce")
         base = origin if origin is not None else pd.Timestamp("1970-01-01")
@@ -178,9 +182,8 @@ def parse_times(
             pd.to_datetime(np.round(ns).astype(np.int64) + base.value, unit="ns"),
             index=values.index,
         ).where(finite)
-        return out.astype("datetime64[ns]"), present & ~finite
-    parsed, bad, tz_bad = parse_local_times(values, tz)
-    return parsed, bad | tz_bad
+        return out.astype("datetime64[ns]"), present & ~finite, np.zeros(len(out), dtype=bool)
+    return parse_local_times(values, tz)
 
 
 #: The years a job time can have (:data:`prism.schema.EARLIEST_TS` .. ``LATEST_TS``).
@@ -195,10 +198,12 @@ def out_of_range_reason(what: str, years: tuple[int, int] = STORABLE_YEARS) -> s
 def check_times(
     checker: RowChecker, values: pd.Series, bad: np.ndarray, column: str, what: str, fix: str,
     *, years: tuple[int, int] = STORABLE_YEARS, numeric: bool = False,
-    reason: str | None = None,
+    reason: str | None = None, times: pd.Series | None = None, dst: np.ndarray | None = None,
+    tz: str | None = None,
 ) -> None:
     """Report the times a parser refused: those in a year that cannot be stored (9999-01-05)
-    as out of range, naming the range, the others as not a time.
+    as out of range, naming the range, the others as not a time; local times that a
+    daylight-saving change makes ambiguous or skips; and parsed ``times`` outside ``years``.
 
     Args:
         checker: the file's checker.
@@ -210,6 +215,10 @@ def check_times(
         years: the range the message gives (jobs: :data:`JOB_YEARS`).
         numeric: the values are numbers of seconds.
         reason: the reason of the others (default ``"<what> is not a time"``).
+        times: the parsed times, checked against ``years`` (``None``: not checked).
+        dst: the parser's mask of local times a daylight-saving change makes ambiguous or
+            skips in ``tz``.
+        tz: the zone of the local times.
     """
     far = out_of_range(values, bad, numeric=numeric)
     checker.check(far, column, out_of_range_reason(what, years),
@@ -219,6 +228,53 @@ def check_times(
                   "placeholder such as 9999-12-31")
     checker.check(np.asarray(bad, dtype=bool) & ~far, column, reason or f"{what} is not a time",
                   fix)
+    if dst is not None and tz and np.asarray(dst).any():
+        _check_dst(checker, values, np.asarray(dst, dtype=bool), column, what, tz)
+    if times is not None:
+        lo, hi = pd.Timestamp(f"{years[0]}-01-01"), pd.Timestamp(f"{years[1] + 1}-01-01")
+        checker.check(((times < lo) | (times >= hi)).fillna(False).to_numpy(dtype=bool), column,
+                      out_of_range_reason(what, years),
+                      "check the year: fix a typo, and leave a time empty rather than write a "
+                      "placeholder such as 9999-12-31")
+
+
+def _check_dst(checker: RowChecker, values: pd.Series, dst: np.ndarray, column: str, what: str,
+               tz: str) -> None:
+    """Report the local times of ``dst`` as ambiguous (the clocks go back: the hour happens
+    twice) or missing (the clocks skip it) in ``tz``, with the offsets that make them exact."""
+    rows = np.flatnonzero(dst)
+    wall = pd.Series(pd.to_datetime(values.iloc[rows].astype("string").str.strip(),
+                                    errors="coerce", format="ISO8601"))
+    if pd.api.types.is_datetime64_any_dtype(wall) and getattr(wall.dt, "tz", None) is not None:
+        wall = wall.dt.tz_localize(None)
+    summer = wall.dt.tz_localize(tz, ambiguous=np.ones(len(wall), dtype=bool),
+                                 nonexistent="NaT")
+    missing = np.zeros(len(dst), dtype=bool)
+    missing[rows] = summer.isna().to_numpy() & wall.notna().to_numpy()
+    ambiguous = dst & ~missing
+
+    def offset(stamp: pd.Timestamp) -> str:
+        minutes = int(stamp.utcoffset().total_seconds() // 60)  # type: ignore[union-attr]
+        return f"{'+' if minutes >= 0 else '-'}{abs(minutes) // 60:02d}:{abs(minutes) % 60:02d}"
+
+    later = "; or write every time in UTC and ingest without --tz"
+    if ambiguous.any():
+        first = wall.iloc[int(np.flatnonzero(ambiguous[rows])[0])]
+        early = offset(first.tz_localize(tz, ambiguous=True))
+        late = offset(first.tz_localize(tz, ambiguous=False))
+        checker.check(ambiguous, column,
+                      f"{what} is ambiguous in time zone {tz}: the clocks go back at a "
+                      "daylight-saving change, so this local time happens twice",
+                      f"write it with its UTC offset: {first.isoformat()}{early} (the first "
+                      f"time) or {first.isoformat()}{late} (the second){later}")
+    if missing.any():
+        first = wall.iloc[int(np.flatnonzero(missing[rows])[0])]
+        before = offset(first.tz_localize(tz, nonexistent="shift_backward"))
+        checker.check(missing, column,
+                      f"{what} does not exist in time zone {tz}: the clocks skip it at a "
+                      "daylight-saving change",
+                      f"write it with the UTC offset its clock had, e.g. "
+                      f"{first.isoformat()}{before}{later}")
 
 
 def parse_numbers(values: pd.Series) -> tuple[pd.Series, np.ndarray]:

@@ -172,11 +172,8 @@ class HeliosJobsAdapter(Adapter):
         times: dict[str, pd.Series] = {}
         for col in TIME_COLUMNS:
             times[col], bad, tz_bad = parse_local_times(frame[col], options.tz)
-            check_times(checker, frame[col], bad, col, col, _TIME_FIX, years=JOB_YEARS)
-            checker.check(tz_bad, col,
-                          f"{col} does not exist or is ambiguous in time zone {options.tz} "
-                          "(a daylight-saving change)",
-                          "write such times with their UTC offset (e.g. +08:00)")
+            check_times(checker, frame[col], bad, col, col, _TIME_FIX, years=JOB_YEARS,
+                        dst=tz_bad, tz=options.tz)
         submit, start, end = (times[c] for c in TIME_COLUMNS)
         checker.check(_text(frame["submit_time"]).isna().to_numpy(), "submit_time",
                       "submit_time is empty", "every job needs a submit time")

@@ -133,10 +133,11 @@ class JobsCsvAdapter(Adapter):
             col = columns[field]
             if col not in frame.columns:
                 continue
-            times, bad = parse_times(frame[col], tz=options.tz, unit=unit)
+            times, bad, dst = parse_times(frame[col], tz=options.tz, unit=unit)
             check_times(checker, frame[col], bad, col, field,
                         "write ISO 8601 times such as 2026-01-05T08:30:00 (or numbers with "
-                        "--option time_unit=s)", years=JOB_YEARS, numeric=unit is not None)
+                        "--option time_unit=s)", years=JOB_YEARS, numeric=unit is not None,
+                        dst=dst, tz=options.tz)
             out[field] = times
         for field in ("num_gpus", "num_cpus"):
             col = columns[field]

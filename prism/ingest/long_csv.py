@@ -24,6 +24,7 @@ from prism.ingest.base import (
     register,
 )
 from prism.ingest.checks import (
+    JOB_YEARS,
     RowChecker,
     check_range,
     check_times,
@@ -47,7 +48,7 @@ class LongCsvAdapter(Adapter):
     def read(self, path: Path, options: IngestOptions) -> Batch:
         """Read long-format samples."""
         columns = mapped_columns(options, ("series_id", "ts", "value"))
-        frame = read_table(path, required=list(columns.values()))
+        frame = read_table(path, required=list(columns.values()), literal=True)
         reject_unknown_columns(path, frame, columns.values(),
                                fix="a long file has exactly series_id, ts, value (map others "
                                "with --map)")
@@ -56,10 +57,11 @@ class LongCsvAdapter(Adapter):
         valid = ids.str.match(_ID.pattern).fillna(False).to_numpy(dtype=bool)
         checker.check(~valid, columns["series_id"], "series id is not 'cluster/scope/metric'",
                       "write ids such as earth/vc6YE/gpus_in_use")
-        times, bad = parse_times(frame[columns["ts"]], tz=options.tz)
-        check_times(checker, frame[columns["ts"]], bad | times.isna().to_numpy(),
+        times, bad, dst = parse_times(frame[columns["ts"]], tz=options.tz)
+        check_times(checker, frame[columns["ts"]], bad | (times.isna().to_numpy() & ~dst),
                     columns["ts"], "time", "write ISO 8601 times",
-                    reason="time is missing or does not parse")
+                    reason="time is missing or does not parse", years=JOB_YEARS, times=times,
+                    dst=dst, tz=options.tz)
         values, bad = parse_numbers(frame[columns["value"]])
         checker.check(bad | np.isnan(values.to_numpy()), columns["value"],
                       "value is missing or not a number", "write plain numbers")

@@ -93,11 +93,8 @@ class PhillyNodesAdapter(Adapter):
         checker.check(times.isna().to_numpy() & ~bad & ~tz_bad, "time", "time is empty",
                       "every row needs a time")
         check_times(checker, frame["time"], bad, "time", "time",
-                    "write times as ISO 8601, e.g. 2017-10-03 00:00:00")
-        checker.check(tz_bad, "time",
-                      f"time does not exist or is ambiguous in time zone {options.tz} "
-                      "(a daylight-saving change)",
-                      "ingest without --tz, or write such times with their UTC offset")
+                    "write times as ISO 8601, e.g. 2017-10-03 00:00:00", dst=tz_bad,
+                    tz=options.tz)
         values: dict[str, np.ndarray] = {}
         for col in METRICS:
             numbers, bad = parse_numbers(frame[col])

@@ -33,6 +33,7 @@ from prism.ingest.base import (
     SlowPath,
 )
 from prism.ingest.checks import MAX_PROBLEMS
+from prism.ingest.conflicts import Replaced, check_scopes, check_sources, replace_samples
 from prism.ingest.spans import Reread, check_spans
 from prism.progress import Progress
 from prism.schema import (
@@ -65,8 +66,11 @@ class FileReport:
     #: how the rows were read: ``duckdb`` (DuckDB's own reader, then checks in SQL),
     #: ``arrow`` (streamed Arrow chunks) or ``checked`` (row by row checks that name lines)
     reader: str = ""
-    #: what the rows stand for, where it is not one per input row (:attr:`Batch.note`)
+    #: what the rows stand for, where it is not one per input row (:attr:`Batch.note`), and
+    #: what the file's samples did to those stored before
     note: str = ""
+    #: samples at a (series_id, ts) stored before with another value, which this file replaced
+    replaced: int = 0
 
 
 @dataclass
@@ -90,6 +94,11 @@ class IngestReport:
     def rejected(self) -> int:
         """Rows rejected by the run."""
         return sum(f.rejected for f in self.files)
+
+    @property
+    def replaced(self) -> int:
+        """Stored samples whose value the run replaced (same series and time, newest wins)."""
+        return sum(f.replaced for f in self.files)
 
 
 def _clusters_without_series(known: Mapping[str, int], clusters: Sequence[str]) -> list[str]:
@@ -243,21 +252,34 @@ def _ingest(
                     progress("write", n, len(pending))
                 continue
             batch = source if isinstance(source, Batch) else adapter.read(path, options)
-            ingest_id, rows = _write(store, path, fmt, digest, batch, options, run)
+            if not len(batch.frame) and not batch.rejects:
+                raise IngestError(
+                    "no rows to ingest: the file has a header only, or only rows the format "
+                    "leaves out" + (f" ({batch.note})" if batch.note else ""), path=str(path),
+                    fix="pass a file with rows, or leave this one out of the ingest")
+            ingest_id, rows, replaced = _write(store, path, fmt, digest, batch, options, run)
             run[ingest_id] = (path, reread)
             touched.update(batch.clusters or ([options.cluster] if options.cluster else []))
+            note = "; ".join(n for n in (batch.note, replaced.note()) if n)
             done[i] = FileReport(str(path), "ingested", rows, len(batch.rejects), ingest_id,
-                                 tuple(batch.rejects), reader="checked", note=batch.note)
+                                 tuple(batch.rejects), reader="checked", note=note,
+                                 replaced=replaced.changed)
             if progress:
                 progress("write", n, len(pending))
         if defer and touched and _any_repeat(store, sorted(touched)):
             raise _RepeatedIds
+        check_sources(store, sorted(touched), run)
+        report.notes.extend(check_scopes(store, sorted(touched), run))
+        for cluster in _clusters_named(store, options, touched) if (
+                freq is not None or fill is not None) else ():
+            touched.add(cluster)  # a new setting re-derives a named cluster
         for cluster in sorted(touched):
-            set_cluster_config(store, cluster, freq=freq, fill=fill)
-        if freq is not None or fill is not None:  # a new setting re-derives named clusters
-            for cluster in _clusters_named(store, options, touched):
-                set_cluster_config(store, cluster, freq=freq, fill=fill)
-                touched.add(cluster)
+            change = set_cluster_config(store, cluster, freq=freq, fill=fill)
+            if change:
+                report.notes.append(
+                    f"cluster {cluster!r}: {change}, so all its series (from every earlier "
+                    "ingest too) were derived again; a cluster keeps its --freq and --fill for "
+                    "later ingests (`prism series rederive` changes them without ingesting)")
         report.files = [done[i] for i in sorted(done)]
         report.timings["write"] = time.perf_counter() - clock
         clock = time.perf_counter()
@@ -274,7 +296,7 @@ def _ingest(
         counts = {str(c): int(n) for c, n in store.fetch_all(
             "SELECT cluster, count(*) FROM series GROUP BY cluster ORDER BY cluster")}
         report.series = sum(counts.get(c, 0) for c in report.clusters)
-        report.notes = _clusters_without_series(counts, report.clusters)
+        report.notes.extend(_clusters_without_series(counts, report.clusters))
     _warn_unchanged(store, report, freq, fill)
     if touched:
         _warn_filled(store, report.clusters)
@@ -492,7 +514,12 @@ _DUPLICATES_SQL = """
 def _write(
     store: Store, path: Path, fmt: str, digest: str, batch: Batch, options: IngestOptions,
     run: Mapping[int, tuple[Path, Reread]] | None = None,
-) -> tuple[int, int]:
+) -> tuple[int, int, Replaced]:
+    """Insert a checked batch and record its ingest.
+
+    Returns:
+        ``(ingest_id, rows, replaced)``: what samples of the batch replaced stored ones.
+    """
     ingest_id = _next_ingest_id(store)
     frame = batch.frame
     clusters = batch.clusters
@@ -511,6 +538,9 @@ def _write(
         frame) else 0
     if batch.kind == "jobs" and rows:
         rows = _check_duplicate_jobs(store, path, ingest_id, batch, options, clusters, run)
+    replaced = Replaced()
+    if batch.kind == "samples" and rows:  # a sample is its (series_id, ts): the newest counts
+        replaced = replace_samples(store, ingest_id, clusters)
     if batch.rejects:
         rejects = pd.DataFrame({
             "ingest_id": ingest_id,
@@ -525,7 +555,7 @@ def _write(
                    batch.kind, rows, len(batch.rejects), _ts(obs_start), _ts(obs_end), options)
     logger.info("%s: %d rows (%d rejected) as ingest %d", path, rows, len(batch.rejects),
                 ingest_id)
-    return ingest_id, rows
+    return ingest_id, rows, replaced
 
 
 def _next_ingest_id(store: Store) -> int:

@@ -25,7 +25,14 @@ from prism.ingest.base import (
     read_table,
     register,
 )
-from prism.ingest.checks import RowChecker, check_range, check_times, parse_numbers, parse_times
+from prism.ingest.checks import (
+    JOB_YEARS,
+    RowChecker,
+    check_range,
+    check_times,
+    parse_numbers,
+    parse_times,
+)
 from prism.schema import ALL_SCOPE, make_series_id, split_series_id
 
 
@@ -58,9 +65,10 @@ def samples_from_columns(
         The samples frame (``SAMPLE_COLUMNS`` + ``_line``) and the rejects.
     """
     checker = RowChecker(path, frame, options.on_error)
-    times, bad = parse_times(frame[time_col], tz=options.tz)
+    times, bad, dst = parse_times(frame[time_col], tz=options.tz)
     check_times(checker, frame[time_col], bad, time_col, "time",
-                "write times as ISO 8601, e.g. 2020-05-01 00:00:00", reason="time does not parse")
+                "write times as ISO 8601, e.g. 2020-05-01 00:00:00", reason="time does not parse",
+                years=JOB_YEARS, times=times, dst=dst, tz=options.tz)
     checker.check(frame[time_col].isna().to_numpy(), time_col, "time is empty",
                   "every row needs a time")
     values: dict[str, pd.Series] = {}
