@@ -54,7 +54,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
@@ -66,10 +66,12 @@ import pandas as pd
 from prism.capacity_inputs import (
     Reservation,
     Watts,
+    apply_what_if,
     parse_reservation,
     parse_watts,
     read_capacity_table,
     read_reservations,
+    reservation_load,
 )
 from prism.day_kind import FLOOR, FLOOR_FROM
 from prism.errors import ConfigError, DataContractError
@@ -81,7 +83,7 @@ __all__ = [
     "Reservation", "Watts", "advise", "apply_what_if", "exceed_probability", "expected_above",
     "expected_below", "expected_value", "parse_reservation", "parse_watts", "plan_capacity",
     "quantile_at", "quantile_matrix", "read_capacity_table", "read_reservations", "recommend",
-    "reservation_load", "shared_vcs",
+    "reservation_load", "shared_vcs", "tidy", "gpus_text",
 ]
 
 #: A scope told to release GPUs that used under this share of them recently gets a check in
@@ -218,68 +220,6 @@ def quantile_at(levels: Sequence[float] | FloatArray, values: FloatArray,
         return vals[:, j].copy()
     out: FloatArray = np.array([np.interp(level, lv, row) for row in vals])
     return out
-
-
-# -- what-if -----------------------------------------------------------------------------------
-def reservation_load(reservations: Iterable[Reservation], *, scope: str, ts: pd.DatetimeIndex,
-                     freq_s: int, cluster: str | None = None) -> FloatArray:
-    """GPUs the reservations hold in each bucket ``[ts, ts + freq)`` of ``scope``.
-
-    A reservation counts in proportion to its overlap with the bucket; those of every scope
-    count for ``all``; those naming another cluster are left out.
-    """
-    start = ts.to_numpy(dtype="datetime64[ns]").astype(np.int64)
-    end = start + int(freq_s) * 10**9
-    load = np.zeros(len(ts))
-    for r in reservations:
-        if r.cluster is not None and cluster is not None and r.cluster != cluster:
-            continue
-        if r.scope != scope and scope != ALL_SCOPE:
-            continue
-        lo, hi = pd.Timestamp(r.start).value, pd.Timestamp(r.end).value
-        overlap = np.clip(np.minimum(end, hi) - np.maximum(start, lo), 0, None)
-        load += r.gpus * overlap / (int(freq_s) * 10**9)
-    return load
-
-
-def apply_what_if(forecast: pd.DataFrame, *, freq_s: int, growth: float = 1.0,
-                  reservations: Sequence[Reservation] = ()) -> pd.DataFrame:
-    """The forecast under a growth factor plus known future jobs (see the module docstring).
-
-    Args:
-        forecast: the forecast contract of one cluster's series.
-        freq_s: its step in seconds.
-        growth: multiplies the demand (``1.1``: 10 % more).
-        reservations: known future jobs added on top.
-
-    Returns:
-        A copy with ``mean`` and every ``p..`` column moved, plus ``reserved`` (the GPUs the
-        reservations hold in each step).
-
-    Raises:
-        ConfigError: for a growth factor that is not a positive number.
-    """
-    if not math.isfinite(growth) or growth <= 0:
-        raise ConfigError(f"growth {growth!r} must be a positive factor such as 1.1")
-    out = forecast.copy()
-    qcols = [c for c in out.columns if str(c).startswith("p") and _is_level(str(c))]
-    reserved = np.zeros(len(out))
-    for sid, index in out.groupby(SERIES_ID, sort=False).indices.items():
-        cluster, scope, _ = split_series_id(str(sid))
-        reserved[index] = reservation_load(
-            reservations, scope=scope, ts=pd.DatetimeIndex(out[TS].to_numpy()[index]),
-            freq_s=freq_s, cluster=cluster)
-    for col in ["mean", *qcols]:
-        out[col] = out[col].to_numpy(dtype=np.float64) * growth + reserved
-    out["reserved"] = reserved
-    return out
-
-
-def _is_level(name: str) -> bool:
-    try:
-        return 0 < float(name[1:]) / 100 < 1
-    except ValueError:
-        return False
 
 
 # -- decisions ---------------------------------------------------------------------------------
@@ -462,6 +402,23 @@ def _vc_advice(scope: str, got: int, lent: int, add: int, release: int,
                           net_gpus=got - lent + add - release)
 
 
+def _types_apart(advice: Mapping[str, Recommendation], known: Sequence[str],
+                 vcs: bool) -> dict[str, str]:
+    """GPU type -> the reason's words where the types' own advice (each planned on all its
+    GPUs) does not add up to the cluster's, the net of the VCs' plans (empty where it does)."""
+    types = [s for s in known if s.startswith(GPU_TYPE_PREFIX)]
+    if not vcs or len(types) < 2 or ALL_SCOPE not in advice:
+        return {}
+    mine, cluster = sum(advice[t].net_gpus for t in types), advice[ALL_SCOPE].net_gpus
+    if mine == cluster:
+        return {}
+    return dict.fromkeys(types, (
+        f"; planned on its own, on all the cluster's GPUs of this type together: the GPU "
+        f"types' net changes ({mine:+d} in all) do not add up to the cluster's ({cluster:+d}), "
+        "which adds each VC's own peak and moves GPUs between VCs whatever their type; buy "
+        "by type from these rows, which assume a type's GPUs serve all its VCs"))
+
+
 @dataclass(frozen=True)
 class CapacityRow:
     """One scope's plan over the window.
@@ -574,7 +531,7 @@ class CapacityPlan:
         (``ts, needed, mean, reserved, p_exceed``) when asked."""
         out = []
         for row in self.rows:
-            record: dict[str, Any] = dict(row.__dict__)
+            record: dict[str, Any] = {k: tidy(v) for k, v in row.__dict__.items()}
             if steps:
                 mine = self.steps[self.steps[SERIES_ID] == row.series_id]
                 record["steps"] = [
@@ -585,6 +542,25 @@ class CapacityPlan:
                                              mine["reserved"], mine["p_exceed"], strict=True)]
             out.append(record)
         return out
+
+
+def gpus_text(value: float, against: float | None, sign: str = "") -> str:
+    """GPUs to one decimal, or to as many as it takes not to read as ``against`` where they
+    differ by more than rounding noise: 16.01 GPUs needed against 16 installed (an added GPU)
+    is "16.01", not "16.0", and a headroom of -0.004 is "-0.004", not "-0.0"."""
+    digits = 1
+    while (against is not None and digits < 9 and abs(value - against) > _EPS
+           and round(value, digits) == round(against, digits)):
+        digits += 1
+    return f"{value + 0.0:{sign},.{digits}f}"
+
+
+def tidy(value: Any) -> Any:
+    """A float as an output shows it: rounded to 9 decimals, so that float noise (a quantile
+    of 0.9500000000000001, 6e-14 idle GPU-hours) reads as the number it is; others as given."""
+    if isinstance(value, float) and math.isfinite(value):
+        return round(value, 9) + 0.0  # + 0.0: no -0.0
+    return value
 
 
 def _floored(level: FloatArray, mine: pd.DataFrame | None, ts: pd.DatetimeIndex,
@@ -692,6 +668,17 @@ def plan_capacity(
     for scope in sorted(known - set(scopes)):
         logger.warning("reservations of scope %r: no demand series of it in %s; they count "
                        "only for 'all'", scope, cluster)
+    first = pd.Timestamp(adjusted[TS].min())
+    last = pd.Timestamp(adjusted[TS].max()) + pd.Timedelta(seconds=freq_s)
+    for r in reservations:
+        if r.cluster in (None, cluster) and (pd.Timestamp(r.end) <= first
+                                             or pd.Timestamp(r.start) >= last):
+            where = f"{r.source}, line {r.line}" if r.source else r.name or "given"
+            logger.warning("the reservation of %g GPUs of %s (%s) from %s to %s lies wholly "
+                           "outside the plan's window (%s to %s UTC): it adds nothing",
+                           r.gpus, r.scope, where, f"{r.start:%Y-%m-%d %H:%M}",
+                           f"{r.end:%Y-%m-%d %H:%M}", f"{first:%Y-%m-%d %H:%M}",
+                           f"{last:%Y-%m-%d %H:%M}")
     step_h = freq_s / 3600.0
     floors = {} if floor is None else dict(iter(floor.groupby(SERIES_ID, sort=False)))
     sized: list[dict[str, Any]] = []
@@ -731,9 +718,9 @@ def plan_capacity(
         what = "GPUs in use" if metric != "gpu_demand" else "demand (no gpus_in_use series)"
         peak = float(needed.max())
         reason = (f"p{round(q * 100, 6):g} of {what} peaks at {float(forecast_q.max()):,.1f}"
-                  f"{why_floor} + {why_queue} = {peak:,.1f} needed")
+                  f"{why_floor} + {why_queue} = {gpus_text(peak, cap)} needed")
         if cap is not None:
-            reason += f"; capacity {cap:,.1f}: headroom {cap - peak:+,.1f}"
+            reason += f"; capacity {cap:,.1f}: headroom {gpus_text(cap - peak, 0.0, '+')}"
         sized.append(dict(
             cluster=cluster, scope=scope, series_id=str(sid), model=str(group["model"].iloc[0]),
             start=ts[0].to_pydatetime(),
@@ -756,6 +743,8 @@ def plan_capacity(
     vcs = [r for r in sized if r["capacity"] is not None and r["scope"] != ALL_SCOPE
            and not r["scope"].startswith(GPU_TYPE_PREFIX)]
     shared = shared_vcs({r["scope"]: r["capacity"] for r in sized})
+    apart = _types_apart(advice, [r["scope"] for r in sized if r["capacity"] is not None],
+                         bool(vcs and not shared))
     rows = []
     for record in sized:
         a = advice[record["scope"]]
@@ -770,6 +759,8 @@ def plan_capacity(
             record["reason"] += (f"; the advice is the net of the VCs' plans (they need "
                                  f"{sum(r['gpus_needed'] for r in vcs):,.1f} of "
                                  f"{sum(r['capacity'] for r in vcs):,.1f} GPUs)")
+        elif record["scope"] in apart:
+            record["reason"] += apart[record["scope"]]
         used = (recent_peak or {}).get(record["scope"])
         if a.release_gpus and used is not None and used < _BARELY * record["capacity"]:
             record["reason"] += (f"; it used at most {used / record['capacity']:.1%} of its "

@@ -1,17 +1,24 @@
 """Inputs of a capacity plan: the power of a GPU, known future jobs (reservations) and
 capacity tables, read from files or the API's query values with errors that name the file, the
-line and the field. :mod:`prism.capacity` re-exports them."""
+line and the field, and the what-if they make of a forecast (growth and reservations).
+:mod:`prism.capacity` re-exports them."""
 
 from __future__ import annotations
 
 import csv
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+import numpy.typing as npt
 import pandas as pd
 
 from prism.errors import ConfigError, IngestError
+from prism.schema import ALL_SCOPE, SERIES_ID, TS, split_series_id
+
+FloatArray = npt.NDArray[np.float64]
 
 
 @dataclass(frozen=True)
@@ -231,3 +238,65 @@ def read_capacity_table(path: str | Path) -> pd.DataFrame:
     # several GPU types of one scope add up
     return (frame.groupby(["cluster", "scope"], dropna=False, sort=True)["gpus"].sum()
             .reset_index())
+
+
+# -- what-if -----------------------------------------------------------------------------------
+def reservation_load(reservations: Iterable[Reservation], *, scope: str, ts: pd.DatetimeIndex,
+                     freq_s: int, cluster: str | None = None) -> FloatArray:
+    """GPUs the reservations hold in each bucket ``[ts, ts + freq)`` of ``scope``.
+
+    A reservation counts in proportion to its overlap with the bucket; those of every scope
+    count for ``all``; those naming another cluster are left out.
+    """
+    start = ts.to_numpy(dtype="datetime64[ns]").astype(np.int64)
+    end = start + int(freq_s) * 10**9
+    load = np.zeros(len(ts))
+    for r in reservations:
+        if r.cluster is not None and cluster is not None and r.cluster != cluster:
+            continue
+        if r.scope != scope and scope != ALL_SCOPE:
+            continue
+        lo, hi = pd.Timestamp(r.start).value, pd.Timestamp(r.end).value
+        overlap = np.clip(np.minimum(end, hi) - np.maximum(start, lo), 0, None)
+        load += r.gpus * overlap / (int(freq_s) * 10**9)
+    return load
+
+
+def apply_what_if(forecast: pd.DataFrame, *, freq_s: int, growth: float = 1.0,
+                  reservations: Sequence[Reservation] = ()) -> pd.DataFrame:
+    """The forecast under a growth factor plus known future jobs (see the module docstring).
+
+    Args:
+        forecast: the forecast contract of one cluster's series.
+        freq_s: its step in seconds.
+        growth: multiplies the demand (``1.1``: 10 % more).
+        reservations: known future jobs added on top.
+
+    Returns:
+        A copy with ``mean`` and every ``p..`` column moved, plus ``reserved`` (the GPUs the
+        reservations hold in each step).
+
+    Raises:
+        ConfigError: for a growth factor that is not a positive number.
+    """
+    if not math.isfinite(growth) or growth <= 0:
+        raise ConfigError(f"growth {growth!r} must be a positive factor such as 1.1")
+    out = forecast.copy()
+    qcols = [c for c in out.columns if str(c).startswith("p") and _is_level(str(c))]
+    reserved = np.zeros(len(out))
+    for sid, index in out.groupby(SERIES_ID, sort=False).indices.items():
+        cluster, scope, _ = split_series_id(str(sid))
+        reserved[index] = reservation_load(
+            reservations, scope=scope, ts=pd.DatetimeIndex(out[TS].to_numpy()[index]),
+            freq_s=freq_s, cluster=cluster)
+    for col in ["mean", *qcols]:
+        out[col] = out[col].to_numpy(dtype=np.float64) * growth + reserved
+    out["reserved"] = reserved
+    return out
+
+
+def _is_level(name: str) -> bool:
+    try:
+        return 0 < float(name[1:]) / 100 < 1
+    except ValueError:
+        return False

@@ -16,9 +16,17 @@ fits the trend of the recent **daily levels** and projects them over a horizon s
   risen above its trend), times ``growth`` (the what-if factor of ``prism capacity``). The
   projected peak is its maximum over the horizon; ``projected_low`` and ``projected_high``
   take the slope's interval instead.
+- A projection never goes below 0 GPUs: a falling line is floored there, and the reason
+  says so.
 - Against the scope's capacity: the day the projection first exceeds it (also after the
   horizon, while the trend rises) and the whole GPUs needed to cover the projected peak
   (:func:`plan_procurement`). A flat or falling trend under capacity buys nothing.
+- Where the VCs split the cluster's GPUs (not :func:`prism.capacity.shared_vcs`) and each has
+  a trend, the cluster's projection is the sum of theirs, day by day, as the day-ahead plan's
+  advice for ``all`` is the net of the VCs' plans: its purchase then covers what the VCs'
+  rows need (less what one VC's spare covers of another's). The cluster's own trend, fitted
+  on its own daily peaks, is quoted in its reason: it differs where the VCs' peaks do not
+  coincide or their queues are not in the cluster's series.
 
 Buying is the cluster's decision (the ``all`` row); a VC's row says what its own trend needs,
 which moves between VCs may cover first. No SQL: :mod:`prism.usecases.capacity` loads the
@@ -29,16 +37,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 
 from prism.capacity import shared_vcs
 from prism.errors import ConfigError, DataContractError
-from prism.schema import ALL_SCOPE, SERIES_ID, TS, VALUE, split_series_id
+from prism.schema import ALL_SCOPE, GPU_TYPE_PREFIX, SERIES_ID, TS, VALUE, split_series_id
 
 __all__ = ["DAY", "MIN_DAYS", "ProcurementPlan", "ProcurementRow", "Trend", "daily_levels",
            "fit_trend", "plan_procurement"]
@@ -234,8 +243,6 @@ class ProcurementPlan:
 
     def only(self, scope: str) -> ProcurementPlan:
         """The plan of one scope."""
-        from dataclasses import replace
-
         return replace(self, rows=tuple(r for r in self.rows if r.scope == scope),
                        days=self.days[self.days["scope"] == scope].reset_index(drop=True))
 
@@ -290,7 +297,8 @@ def plan_procurement(
     end = start + horizon_days * DAY
     ahead = np.arange(1, horizon_days + 1, dtype=np.float64)
     shared = shared_vcs(capacity) is not None
-    rows, frames = [], []
+    rows: list[ProcurementRow] = []
+    fitted: dict[str, _Fit] = {}
     for sid in ids:
         cluster, scope, _ = split_series_id(sid)
         mine = daily[daily[SERIES_ID] == sid].sort_values("day")
@@ -315,38 +323,46 @@ def plan_procurement(
         x = ((mine["day"] - mine["day"].iloc[0]) / DAY).to_numpy(dtype=np.float64)
         trend = fit_trend(levels, x)
         x_now = float((last_day - mine["day"].iloc[0]) / DAY)
-        margin = max(float(np.quantile(levels - trend.at(x), quantile)), 0.0)
-        xs = x_now + ahead
-        projected = growth * (trend.at(xs) + margin)
-        low = growth * (trend.at(xs, trend.low) + margin)
-        high = growth * (trend.at(xs, trend.high) + margin)
+        fit = _Fit(trend, x_now, max(float(np.quantile(levels - trend.at(x), quantile)), 0.0),
+                   float(growth))
+        fitted[scope] = fit
+        projected, low, high = fit.days(horizon_days)
         peak = float(projected.max())
-        exceeds = _exceeds_on(trend, x_now, margin, growth, cap, last_day)
+        exceeds = _first_over(fit.days(_MAX_DAYS_OUT)[0], cap, last_day)
         needed = 0 if cap is None else max(0, math.ceil(peak - cap - _EPS))
         action, text = _advice(scope, cap, needed, peak, exceeds, end, shared=shared)
         reason = (f"daily level (peak in use + mean queue) over {len(mine)} days "
                   f"{mine['day'].iloc[0]:%Y-%m-%d} to {last_day:%Y-%m-%d}: Theil-Sen trend "
                   f"{trend.slope:+,.2f} GPUs/day ({CONFIDENCE:.0%} interval "
-                  f"{trend.low:+,.2f} to {trend.high:+,.2f}), at {float(trend.at(x_now)):,.1f} "
-                  f"now; + p{round(quantile * 100, 6):g} margin {margin:,.1f}"
+                  f"{trend.low:+,.2f} to {trend.high:+,.2f}), at {fit.now:,.1f} "
+                  f"now; + p{round(quantile * 100, 6):g} margin {fit.margin:,.1f}"
                   + (f", x{growth:g} growth" if growth != 1.0 else "")
                   + f" = {peak:,.1f} peak by {end - DAY:%Y-%m-%d} "
-                  f"({float(low.max()):,.1f} to {float(high.max()):,.1f})")
+                  f"({float(low.max()):,.1f} to {float(high.max()):,.1f})"
+                  + fit.floored(horizon_days))
         if cap is not None:
             reason += f"; capacity {cap:,.1f}"
         rows.append(ProcurementRow(
             **base, days_fitted=len(mine), first_day=mine["day"].iloc[0].to_pydatetime(),
             last_day=last_day.to_pydatetime(), last_level=float(levels[-1]),
             recent_peak=float(levels.max()), slope_per_day=trend.slope, slope_low=trend.low,
-            slope_high=trend.high, trend_now=float(trend.at(x_now)), margin=margin,
+            slope_high=trend.high, trend_now=fit.now, margin=fit.margin,
             projected_peak=peak, projected_low=float(low.max()),
             projected_high=float(high.max()),
             exceeds_on=None if exceeds is None else exceeds.to_pydatetime(),
             needed_gpus=needed, action=action, text=text, reason=reason))
-        frames.append(pd.DataFrame({
-            SERIES_ID: sid, "scope": scope, "day": start + (ahead - 1) * DAY,
-            "projected": projected, "low": low, "high": high,
-            "capacity": np.nan if cap is None else cap}))
+    summed = False
+    if not shared:
+        rows, summed = _cluster_from_vcs(rows, fitted, horizon_days=horizon_days, end=end)
+    frames = []
+    for row in rows:
+        if row.scope in fitted:
+            projected, low, high = _row_days(row.scope, fitted, horizon_days,
+                                             summed=summed and row.scope == ALL_SCOPE)
+            frames.append(pd.DataFrame({
+                SERIES_ID: row.series_id, "scope": row.scope,
+                "day": start + (ahead - 1) * DAY, "projected": projected, "low": low,
+                "high": high, "capacity": np.nan if row.capacity is None else row.capacity}))
     days = (pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
         columns=[SERIES_ID, "scope", "day", "projected", "low", "high", "capacity"]))
     return ProcurementPlan(cluster=clusters[0], horizon_days=int(horizon_days),
@@ -354,22 +370,122 @@ def plan_procurement(
                            days=days)
 
 
-def _exceeds_on(trend: Trend, x_now: float, margin: float, growth: float, cap: float | None,
+@dataclass(frozen=True)
+class _Fit:
+    """A scope's fitted trend, where today is (``x_now``), its margin and the growth."""
+
+    trend: Trend
+    x_now: float
+    margin: float
+    growth: float
+
+    @property
+    def now(self) -> float:
+        """The line at the last complete day."""
+        return float(self.trend.at(self.x_now))
+
+    def raw(self, days: int) -> tuple[FloatArray, FloatArray, FloatArray]:
+        """The projected levels of the ``days`` days after today, with the slope and its
+        interval's ends, before any floor."""
+        xs = self.x_now + np.arange(1, days + 1, dtype=np.float64)
+        mid, low, high = (self.growth * (self.trend.at(xs, slope) + self.margin)
+                          for slope in (self.trend.slope, self.trend.low, self.trend.high))
+        return mid, low, high
+
+    def days(self, days: int) -> tuple[FloatArray, FloatArray, FloatArray]:
+        """:meth:`raw` floored at 0 GPUs (a scope never needs fewer than none)."""
+        projected, low, high = self.raw(days)
+        return (np.maximum(projected, 0.0), np.maximum(low, 0.0), np.maximum(high, 0.0))
+
+    def floored(self, days: int) -> str:
+        """The reason's words where the floor at 0 bites over the horizon (else empty)."""
+        projected, low, high = self.raw(days)
+        which = [name for name, v in (("projection", projected), ("low end", low),
+                                      ("high end", high)) if float(v.min()) < 0.0]
+        if not which:
+            return ""
+        return (f"; the line falls below 0 GPUs (its {', '.join(which)} down to "
+                f"{float(min(v.min() for v in (projected, low, high))):,.1f}): floored at 0")
+
+
+FloatArray = npt.NDArray[np.float64]
+
+
+def _row_days(scope: str, fitted: Mapping[str, _Fit], horizon_days: int, *, summed: bool
+              ) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """A scope's projected days: its own fit's or, ``summed`` (the cluster projected from its
+    VCs: :func:`_cluster_from_vcs`), the sum of the VCs'."""
+    if summed:
+        parts = [f.days(horizon_days) for s, f in fitted.items() if _is_vc(s)]
+        mid, low, high = (np.sum([p[i] for p in parts], axis=0) for i in range(3))
+        return mid, low, high
+    return fitted[scope].days(horizon_days)
+
+
+def _is_vc(scope: str) -> bool:
+    return scope != ALL_SCOPE and not scope.startswith(GPU_TYPE_PREFIX)
+
+
+def _cluster_from_vcs(rows: list[ProcurementRow], fitted: Mapping[str, _Fit], *,
+                      horizon_days: int, end: pd.Timestamp
+                      ) -> tuple[list[ProcurementRow], bool]:
+    """The cluster's row projected as the sum of its VCs' projections, day by day, where the
+    VCs split its GPUs and each has a trend (else its own trend, and a reason that says why
+    it is not the VCs' sum); and whether it was."""
+    own = next((r for r in rows if r.scope == ALL_SCOPE), None)
+    vcs = [r for r in rows if _is_vc(r.scope)]
+    if own is None or ALL_SCOPE not in fitted or not vcs:
+        return rows, False
+    short = [r.scope for r in vcs if r.scope not in fitted]
+    if short:
+        why = (f"; the cluster's own trend: the VCs' projections are not added up, as "
+               f"{', '.join(short)} has no trend, so this row need not match the VCs' rows")
+        return [replace(r, reason=r.reason + why) if r is own else r for r in rows], False
+    parts = [fitted[r.scope].days(_MAX_DAYS_OUT) for r in vcs]
+    projected, low, high = (np.sum([p[i] for p in parts], axis=0) for i in range(3))
+    now = [fitted[r.scope] for r in vcs]
+    cap = own.capacity
+    peak = float(projected[:horizon_days].max())
+    last_day = pd.Timestamp(own.start) - DAY  # the last complete day
+    exceeds = _first_over(projected, cap, last_day)
+    needed = 0 if cap is None else max(0, math.ceil(peak - cap - _EPS))
+    action, text = _advice(ALL_SCOPE, cap, needed, peak, exceeds, end)
+    own_fit = fitted[ALL_SCOPE]
+    slope, slope_low, slope_high = (sum(getattr(f.trend, k) for f in now)
+                                    for k in ("slope", "low", "high"))
+    reason = (f"the sum of the VCs' projections ({', '.join(r.scope for r in vcs)}: they "
+              "split the cluster's GPUs, and each is projected from its own daily levels, "
+              "queue included, as the day-ahead plan sizes each VC apart): trend "
+              f"{slope:+,.2f} GPUs/day (the VCs' intervals added up, {slope_low:+,.2f} to "
+              f"{slope_high:+,.2f}), at "
+              f"{sum(f.now for f in now):,.1f} now; + their margins "
+              f"{sum(f.margin for f in now):,.1f} = {peak:,.1f} peak by {end - DAY:%Y-%m-%d} "
+              f"({float(low[:horizon_days].max()):,.1f} to "
+              f"{float(high[:horizon_days].max()):,.1f})")
+    if cap is not None:
+        reason += f"; capacity {cap:,.1f}"
+    reason += (f"; the cluster's own daily levels trend {own_fit.trend.slope:+,.2f} GPUs/day "
+               f"(projected peak {own.projected_peak:,.1f}): not used, as the VCs' needs "
+               "would not add up to it (their peaks need not coincide, and a VC's spare GPUs "
+               "cover another's need only as moves)")
+    cluster = replace(
+        own, slope_per_day=slope, slope_low=slope_low, slope_high=slope_high,
+        trend_now=sum(f.now for f in now), margin=sum(f.margin for f in now),
+        projected_peak=peak, projected_low=float(low[:horizon_days].max()),
+        projected_high=float(high[:horizon_days].max()),
+        exceeds_on=None if exceeds is None else exceeds.to_pydatetime(), needed_gpus=needed,
+        action=action, text=text, reason=reason)
+    return [cluster if r is own else r for r in rows], True
+
+
+def _first_over(projected: FloatArray, cap: float | None,
                 last_day: pd.Timestamp) -> pd.Timestamp | None:
-    """The first day after ``last_day`` whose projected level exceeds ``cap``."""
+    """The first day after ``last_day`` whose projected level (``projected[k - 1]`` for day
+    ``k``, up to :data:`_MAX_DAYS_OUT` days) exceeds ``cap``."""
     if cap is None:
         return None
-    level_now = growth * (float(trend.at(x_now)) + margin)
-    if level_now > cap + _EPS:
-        return last_day + DAY  # short already: from the first projected day
-    if trend.slope <= _EPS:
-        return None
-    # growth * (line(x_now + k) + margin) > cap  <=>  k > (cap / growth - margin - line) / slope
-    k = (cap / growth - margin - float(trend.at(x_now))) / trend.slope
-    first = max(1, math.floor(k + _EPS) + 1)
-    if first > _MAX_DAYS_OUT:
-        return None
-    return last_day + first * DAY
+    over = np.flatnonzero(projected > cap + _EPS)
+    return None if not len(over) else last_day + int(over[0] + 1) * DAY
 
 
 def _advice(scope: str, cap: float | None, needed: int, peak: float,

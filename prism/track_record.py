@@ -155,8 +155,8 @@ def score_plans(plans: pd.DataFrame, panel: pd.DataFrame, *, freq_s: int) -> pd.
 
     Returns:
         :data:`SCORED_COLUMNS`, one row per plan row (per pool: one row of scope
-        :data:`POOL_SCOPE` and no series) with every step of its window in the panel and at
-        least one value the day before it; GPU-hours in GPU times hours.
+        :data:`POOL_SCOPE`, no series and no quantile) with every step of its window in the
+        panel and at least one value the day before it; GPU-hours in GPU times hours.
     """
     series = {str(sid): (g[TS].to_numpy(dtype="datetime64[ns]"),
                          g["value"].to_numpy(dtype=np.float64))
@@ -194,7 +194,7 @@ def score_plans(plans: pd.DataFrame, panel: pd.DataFrame, *, freq_s: int) -> pd.
             continue  # a pool is scored once every VC's window has ended
         steps = min(len(seen) for seen, _ in known)
         out.append(_scored(
-            {**pool.iloc[0].to_dict(), SERIES_ID: None},
+            {**pool.iloc[0].to_dict(), SERIES_ID: None, "quantile": np.nan},
             np.stack([seen[:steps] for seen, _ in known]),
             np.array([float(vc["gpus_planned"]) for vc in vcs]),
             float(pool["gpus_planned"].iloc[0]), np.array([rule for _, rule in known]), hours))
@@ -248,7 +248,8 @@ def summarise(scored: pd.DataFrame, scopes: Sequence[str]) -> pd.DataFrame:
     that each GPU counts once), plus a ``total`` row per model over them.
 
     Returns:
-        ``model, scope, plans, quantile`` (the plans' mean quantile), ``in_use_gpu_hours,
+        ``model, scope, plans, quantile`` (the plans' mean quantile; NaN for a shared pool,
+        whose shares are chosen for a share of demand unmet), ``in_use_gpu_hours,
         unmet_gpu_hours, unmet_share, idle_gpu_hours, coverage`` and the same for yesterday's
         peak prefixed ``rule_``, ``beats`` (whether the plans beat it: :func:`beats_rule`)
         and ``pooled`` (a shared pool's plans: only their ``total`` row, each window's VCs
@@ -261,8 +262,10 @@ def summarise(scored: pd.DataFrame, scopes: Sequence[str]) -> pd.DataFrame:
         parts = [] if pooled else sorted(group.groupby("scope"))
         for scope, part in [*parts, ("total", group)]:
             in_use = float(part["in_use_gpu_hours"].sum())
+            # a pool's shares are chosen for a share of demand unmet: no quantile
             row: dict[str, Any] = {"model": str(model), "scope": str(scope), "plans": len(part),
-                   "quantile": float(part["quantile"].mean()), "in_use_gpu_hours": in_use}
+                   "quantile": np.nan if pooled else float(part["quantile"].mean()),
+                   "in_use_gpu_hours": in_use}
             for prefix in ("", "rule_"):
                 unmet = float(part[f"{prefix}unmet_gpu_hours"].sum())
                 row.update({f"{prefix}unmet_gpu_hours": unmet,
@@ -276,22 +279,29 @@ def summarise(scored: pd.DataFrame, scopes: Sequence[str]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def beats_rule(row: dict[str, Any]) -> bool:
-    """Whether the plans did not lose to yesterday's peak: they lose when they left more
-    demand unmet at no fewer idle GPU-hours, or as much unmet at more idle GPU-hours."""
-    unmet, rule_unmet = row["unmet_gpu_hours"], row["rule_unmet_gpu_hours"]
-    idle, rule_idle = row["idle_gpu_hours"], row["rule_idle_gpu_hours"]
-    worse_unmet = unmet > rule_unmet + _EPS
-    worse_idle = idle > rule_idle + _EPS
-    return not ((worse_unmet and idle >= rule_idle - _EPS)
-                or (worse_idle and unmet >= rule_unmet - _EPS))
+def beats_rule(row: Mapping[str, Any]) -> bool:
+    """Whether the plans beat yesterday's peak: they left no more demand unmet (within
+    :data:`prism.evaluation.planning.UNMET_TOLERANCE` of the GPU-hours in use) and kept fewer
+    GPUs idle (:func:`prism.evaluation.planning.beats_reference`, the test the planning
+    backtest uses too). Plans that left more unmet do not beat it, however few GPUs they
+    idled."""
+    return _lost(row) is None
+
+
+def _lost(row: Mapping[Any, Any]) -> str | None:
+    """How a summary row's plans lost to the rule (``unmet``, ``idle``), or ``None``."""
+    from prism.evaluation.planning import lost_to_reference
+
+    return lost_to_reference(row["unmet_share"], row["idle_gpu_hours"],
+                             row["rule_unmet_share"], row["rule_idle_gpu_hours"])
 
 
 def track_record_warnings(summary: pd.DataFrame) -> list[str]:
-    """Plain-words warnings on each model's total: where its served plans lost to
-    yesterday's peak, and where fewer windows stayed within the plan than the plans'
-    quantile promises (not for a shared pool: its shares are chosen for a share of demand
-    unmet, not for a quantile).
+    """Plain-words warnings on each model's total: where its served plans did not beat
+    yesterday's peak (:func:`beats_rule`), saying which way they lost (more demand unmet, or
+    as many or more idle GPUs for no less unmet), and where fewer windows stayed within the
+    plan than the plans' quantile promises (not for a shared pool: its shares are chosen for
+    a share of demand unmet, not for a quantile).
 
     Returns:
         One sentence per finding (none for an empty summary).
@@ -301,14 +311,31 @@ def track_record_warnings(summary: pd.DataFrame) -> list[str]:
     out = []
     for r in summary[summary["scope"] == "total"].to_dict("records"):
         name, n = r["model"], int(r["plans"])
-        if not r["beats"]:
+        lost = _lost(r)
+        mine = (f"{_pct2(r['unmet_share'])} of the GPU-hours in use unmet with "
+                f"{r['idle_gpu_hours']:,.1f} idle GPU-hours")
+        rule = (f"provisioning each scope at its peak of the day before would have left "
+                f"{_pct2(r['rule_unmet_share'])} unmet with {r['rule_idle_gpu_hours']:,.1f} "
+                "idle GPU-hours")
+        if lost == "unmet":
             out.append(
-                f"{name}'s served plans do not beat {YESTERDAY}: over {n} ended plan row(s) "
-                f"they left {_pct2(r['unmet_share'])} of the GPU-hours in use unmet with "
-                f"{r['idle_gpu_hours']:,.1f} idle GPU-hours, while provisioning each scope at "
-                f"its peak of the day before would have left {_pct2(r['rule_unmet_share'])} "
-                f"unmet with {r['rule_idle_gpu_hours']:,.1f} idle GPU-hours.")
-        if r["coverage"] < r["quantile"] - _EPS and not r["pooled"]:
+                f"{name}'s served plans do not beat {YESTERDAY}: they left more demand unmet. "
+                f"Over {n} ended plan row(s) they left {mine}, while {rule}"
+                + ("; their fewer idle GPU-hours come from leaving demand unmet."
+                   if r["idle_gpu_hours"] < r["rule_idle_gpu_hours"] else "."))
+        elif lost == "idle":
+            less = (float(np.nan_to_num(r["unmet_share"]))
+                    < float(np.nan_to_num(r["rule_unmet_share"])) - _EPS)
+            more = r["idle_gpu_hours"] > r["rule_idle_gpu_hours"] + _EPS
+            out.append(
+                f"{name}'s served plans do not beat {YESTERDAY}: they kept "
+                f"{'more' if more else 'as many'} GPUs idle for "
+                f"{'less' if less else 'no less'} demand unmet. Over {n} ended plan row(s) "
+                f"they left {mine}, while {rule}"
+                + ("; leaving less unmet is a trade of idle GPUs for it, not a win on both."
+                   if less else "."))
+        if (not r["pooled"] and not pd.isna(r["quantile"])
+                and r["coverage"] < r["quantile"] - _EPS):
             out.append(
                 f"{name}'s served plans covered fewer windows than their quantile promises: "
                 f"the peak in use stayed within the plan in {_pct1(r['coverage'])} of {n} "

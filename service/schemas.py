@@ -619,7 +619,8 @@ class TrackRecordRowOut(BaseModel):
     model: str
     scope: str
     plans: int
-    quantile: float = Field(description="the plans' mean quantile")
+    quantile: float | None = Field(description="the plans' mean quantile (none for a shared "
+                                   "pool: its shares are chosen for a share of demand unmet)")
     in_use_gpu_hours: float
     unmet_gpu_hours: float
     unmet_share: float | None = Field(description="unmet GPU-hours over GPU-hours in use")
@@ -629,7 +630,8 @@ class TrackRecordRowOut(BaseModel):
     rule_unmet_share: float | None
     rule_idle_gpu_hours: float
     rule_coverage: float
-    beats: bool = Field(description="the plans did not lose to yesterday's peak")
+    beats: bool = Field(description="the plans beat yesterday's peak: no more demand unmet "
+                        "(within 0.01 % of the GPU-hours in use) and fewer idle GPU-hours")
     pooled: bool = Field(default=False, description="a shared pool's plans (`pool=true`): "
                          "each window's VC quotas and pool scored together, total only")
 
@@ -642,7 +644,7 @@ class ScoredPlanOut(BaseModel):
     series_id: str | None = Field(description="the scope's GPUs-in-use series (none for a "
                                   "shared pool's row)")
     model: str
-    quantile: float
+    quantile: float | None = Field(description="the plan's quantile (none for a shared pool)")
     valid_from: UtcTime
     valid_to: UtcTime
     gpus_planned: float

@@ -242,3 +242,40 @@ def test_capacity_table_and_parsers(tmp_path: Path) -> None:
                 "vc1,2026-01-12,2026-01-13,x", ",2026-01-12,2026-01-13,1"):
         with pytest.raises(ConfigError, match="reservation"):
             parse_reservation(bad)
+
+
+def test_the_cli_shows_a_need_just_over_capacity_and_warns_in_its_own_words(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """16.01 GPUs needed against 16 adds a GPU: the table and the reason show the decimals
+    that make it so; a --capacity scope without series and a reservation outside the window
+    are plain ``warning:`` lines, not log records; the JSON has no float noise."""
+    import json
+
+    from prism.cli import main
+    from tests.factories import write_series_store
+
+    db = write_series_store(tmp_path, {"lab/vc1/gpus_in_use": np.full(288, 16.01)},
+                            "cluster,scope,gpus\nlab,vc1,16\n", start=T0)
+    table = tmp_path / "caps.csv"
+    table.write_text("scope,gpus\nvc1,16\nvc9,8\n")
+    later = tmp_path / "later.csv"
+    later.write_text("start,end,gpus,scope\n2027-01-01T00:00,2027-01-01T06:00,4,vc1\n")
+    argv = ["--db", str(db), "capacity", "--cluster", "lab", "--model", "naive", "--horizon",
+            "6h", "--models-dir", str(tmp_path / "models"), "--no-record", "--capacity",
+            str(table), "--reservations", str(later)]
+    capsys.readouterr()
+    assert main(argv) == 0
+    shown = capsys.readouterr()
+    row = next(line for line in shown.out.splitlines() if line.startswith("│ vc1"))
+    assert "16.01" in row and "take 1 of the GPUs" in row
+    said = " ".join(shown.out.split())
+    assert "= 16.01 needed; capacity 16.0: headroom -0.01" in said
+    err = " ".join(shown.err.split())
+    assert "warning: capacity table: scope(s) vc9 have no demand series in lab" in err
+    assert (f"warning: the reservation of 4 GPUs of vc1 ({later}, line 2) from 2027-01-01 "
+            "00:00 to 2027-01-01 06:00 lies wholly outside the plan's window") in err
+    assert "WARNING" not in shown.err
+    assert main([*argv, "--json"]) == 0
+    [vc1] = json.loads(capsys.readouterr().out)["rows"]
+    assert vc1["gpus_needed"] == 16.01 and vc1["headroom"] == -0.01  # not -0.00999999...
+    assert vc1["net_gpus"] == 1

@@ -250,3 +250,45 @@ def test_a_release_of_almost_every_gpu_asks_to_check_the_inputs() -> None:
     busy = plan_capacity(forecast, {"all": 600.0}, quantile=0.95, freq_s=600,
                          recent_peak={"all": 51.0})
     assert busy.rows[0].action == "release" and "used at most" not in busy.rows[0].reason
+
+
+def test_gpu_type_rows_say_they_do_not_add_up_to_the_clusters_advice(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A node list of two GPU types: each type is planned on all its GPUs, the cluster on its
+    VCs' plans (with moves between VCs of either type), so their adds differ; the type rows
+    say so, with both figures, in the CLI's reasons and its JSON."""
+    rng = np.random.default_rng(2)
+
+    def busy(level: float) -> np.ndarray:
+        return np.round(level + rng.normal(0, 0.5, STEPS), 1)
+
+    h, l1, l2 = busy(20.0), busy(30.0), busy(8.0)
+    db = _write_store(tmp_path, {
+        "lab/vc-h/gpus_in_use": h, "lab/vc-l1/gpus_in_use": l1, "lab/vc-l2/gpus_in_use": l2,
+        "lab/all/gpus_in_use": h + l1 + l2, "lab/gpu:H100/gpus_in_use": h,
+        "lab/gpu:L40S/gpus_in_use": l1 + l2}, "cluster,scope,gpus\nlab,all,64\n")
+    nodes = tmp_path / "nodes.csv"
+    nodes.write_text("node,gpus,gpu_type,scope\n" + "".join(
+        f"{kind.lower()}-{scope}-{i},8,{kind},{scope}\n"
+        for kind, scope, n in (("H100", "vc-h", 2), ("L40S", "vc-l1", 3), ("L40S", "vc-l2", 3))
+        for i in range(n)))
+    assert main(["--db", str(db), "ingest", str(nodes), "--format", "node-list", "--cluster",
+                 "lab", "-q"]) == 0
+    argv = ["--db", str(db), "capacity", "--cluster", "lab", "--model", "naive",
+            "--models-dir", str(tmp_path / "models"), "--no-record", "--horizon", "6h"]
+    capsys.readouterr()
+    assert main([*argv, "--json"]) == 0
+    rows = {r["scope"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
+    assert rows["gpu:H100"]["capacity"] == 16 and rows["gpu:L40S"]["capacity"] == 48
+    types = rows["gpu:H100"]["net_gpus"] + rows["gpu:L40S"]["net_gpus"]
+    cluster = rows["all"]["net_gpus"]
+    assert types != cluster  # vc-l2's spare L40S GPUs lent to vc-h count for the cluster
+    said = (f"the GPU types' net changes ({types:+d} in all) do not add up to the cluster's "
+            f"({cluster:+d})")
+    for scope in ("gpu:H100", "gpu:L40S"):
+        assert said in rows[scope]["reason"] and "buy by type from these rows" in \
+            rows[scope]["reason"]
+    assert all(said not in rows[s]["reason"] for s in ("all", "vc-h", "vc-l1", "vc-l2"))
+    assert main(argv) == 0
+    assert f"gpu:H100: {rows['gpu:H100']['reason']}" in " ".join(
+        capsys.readouterr().out.split())

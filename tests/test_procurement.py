@@ -5,6 +5,7 @@ of its daily peaks, the day capacity runs out and the GPUs to buy; the same numb
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import httpx
@@ -84,10 +85,20 @@ def test_an_upward_trend_projects_the_date_and_the_gpus(db: Path) -> None:
     assert up.exceeds_on == (LAST_DAY + pd.Timedelta(days=3)).to_pydatetime()  # 202 > 200
     assert up.action == "needs" and "vc-up needs +56 GPUs by" in up.text
     assert f"{LAST_DAY + pd.Timedelta(days=3):%Y-%m-%d}" in up.text
-    # the cluster: 170 + 2 d against 300: exceeded on day 66, +12 GPUs by the end
-    assert cluster.projected_peak == pytest.approx(312.0, abs=1e-3)
-    assert cluster.needed_gpus == 12 and cluster.action == "buy"
-    assert cluster.exceeds_on == (LAST_DAY + pd.Timedelta(days=25)).to_pydatetime()
+    # the cluster: the sum of its VCs' projections (114 + 2 d + 60, vc-up's queue included)
+    # against 300: exceeded on day 64, +16 GPUs by the end: vc-up's 56 less vc-flat's 40
+    # spare; its own peaks (170 + 2 d, no queue series) are quoted, not used
+    assert cluster.projected_peak == pytest.approx(316.0, abs=1e-3)
+    assert cluster.slope_per_day == pytest.approx(2.0, abs=1e-6)
+    assert cluster.needed_gpus == 16 and cluster.action == "buy"
+    assert cluster.exceeds_on == (LAST_DAY + pd.Timedelta(days=23)).to_pydatetime()
+    assert cluster.reason.startswith("the sum of the VCs' projections (vc-flat, vc-up")
+    assert "the cluster's own daily levels trend +2.00 GPUs/day (projected peak 312.0)" \
+        in cluster.reason
+    summed = plan.days[plan.days["scope"] == "all"]["projected"].to_numpy()
+    assert summed == pytest.approx(
+        sum(plan.days[plan.days["scope"] == s]["projected"].to_numpy()
+            for s in ("vc-up", "vc-flat")))
     # flat: no purchase, never exceeded at this trend
     assert flat.slope_per_day == pytest.approx(0.0, abs=1e-9)
     assert flat.projected_peak == pytest.approx(60.0, abs=1e-3)
@@ -181,3 +192,39 @@ def test_the_cli_and_the_api_give_the_same_procurement(
     assert "lab procurement" in shown and "vc-up needs +56 GPUs" in shown
     assert main([*argv[:-1], "6h"]) == 1
     assert "--procurement '6h' is shorter than a day" in capsys.readouterr().err
+
+
+def test_the_cluster_is_projected_from_its_vcs_and_never_below_zero(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``prism capacity --procurement 30d``: the cluster's purchase adds up from its VCs'
+    projections (its own trend quoted beside), and a falling trend projects 0 GPUs, never a
+    negative count, saying so."""
+    hours = np.arange(10 * 24)
+    day, wave = hours // 24, np.sin(2 * np.pi * (hours % 24) / 24)
+    grow = 20 + 3 * day + 2 * wave  # +3 GPUs a day
+    fall = np.clip(90 - 9 * day + 2 * wave, 0, None)  # -9 GPUs a day, 9 days to 0
+    db = write_series_store(tmp_path, {
+        "lab/vc-grow/gpus_in_use": grow, "lab/vc-fall/gpus_in_use": fall,
+        "lab/all/gpus_in_use": grow + fall}, "cluster,scope,gpus\nlab,vc-grow,40\n"
+        "lab,vc-fall,100\nlab,all,140\n", start=START, freq="1h", decimals=6)
+    capsys.readouterr()
+    assert main(["--db", str(db), "capacity", "--cluster", "lab", "--model", "naive",
+                 "--models-dir", str(tmp_path / "models"), "--no-record", "--procurement",
+                 "30d", "--json", "--steps"]) == 0
+    rows = {r["scope"]: r for r in json.loads(capsys.readouterr().out)["procurement"]["rows"]}
+    fall_row, grow_row, cluster = rows["vc-fall"], rows["vc-grow"], rows["all"]
+    for row in rows.values():
+        assert min(min(d["projected"], d["low"], d["high"]) for d in row["days"]) >= 0.0
+        assert row["projected_low"] >= 0.0
+    assert "falls below 0 GPUs" in fall_row["reason"] and "floored at 0" in fall_row["reason"]
+    assert "below 0" not in grow_row["reason"]
+    # the cluster: the VCs' days added up, so its purchase is what the VCs' rows need less
+    # what one's spare GPUs cover of the other's
+    assert [d["projected"] for d in cluster["days"]] == pytest.approx(
+        [g["projected"] + f["projected"] for g, f in zip(grow_row["days"], fall_row["days"],
+                                                         strict=True)])
+    assert cluster["projected_peak"] == pytest.approx(
+        max(d["projected"] for d in cluster["days"]))
+    assert cluster["needed_gpus"] == max(0, math.ceil(cluster["projected_peak"] - 140 - 1e-9))
+    assert cluster["reason"].startswith("the sum of the VCs' projections")
+    assert "the cluster's own daily levels trend" in cluster["reason"]

@@ -463,3 +463,71 @@ def test_the_report_in_chromium_draws_the_sized_level_and_now(planner: Planner) 
     assert set(total) == set(TOTAL_FIELDS)
     for field in TOTAL_FIELDS:
         assert total[field] == pytest.approx(expected[field], abs=1e-3), field
+
+
+def _overlapping_store(folder: Path) -> Path:
+    """5 days of ``lab``: two VCs' GPUs in use, ``all`` and ``gpu:X`` (their sum: the same
+    GPUs again), each scope's queued GPUs and a count of jobs submitted."""
+    rng = np.random.default_rng(5)
+    n = 144 * 5
+    t = np.arange(n)
+    a = np.clip(10 + 4 * np.sin(2 * np.pi * t / 144) + rng.normal(0, 1, n), 0, 20)
+    b = np.clip(6 + 2 * np.cos(2 * np.pi * t / 144) + rng.normal(0, 1, n), 0, 12)
+    series = {}
+    for scope, value in (("vc-a", a), ("vc-b", b), ("all", a + b), ("gpu:X", a + b)):
+        series[f"lab/{scope}/gpus_in_use"] = value
+        series[f"lab/{scope}/gpus_pending"] = rng.poisson(3, n).astype(float)
+        series[f"lab/{scope}/jobs_submitted"] = rng.poisson(40, n).astype(float)
+    return write_series_store(folder, series, "cluster,scope,gpus\nlab,vc-a,20\nlab,vc-b,12\n"
+                              "lab,all,32\n", start=START)
+
+
+def _planning_rows(printed: str) -> dict[tuple[str, str], list[str]]:
+    """The printed planning table: (plan, block) -> its cells after them."""
+    rows = {}
+    for line in printed.splitlines():
+        cells = [c.strip() for c in line.strip("│┃ ").split("│")]
+        if len(cells) >= 8 and cells[1] in ("1d", "1h"):
+            rows[cells[0], cells[1]] = cells[2:]
+    return rows
+
+
+def test_the_planning_backtest_of_a_cluster_counts_each_gpu_once(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`prism backtest --cluster C --planning` plans GPUs in use over the VCs only, not the
+    jobs counted, the queue, ``all`` and the GPU types on top (each GPU counted 4 times)."""
+    db = _overlapping_store(tmp_path)
+    base = ["--db", str(db), "backtest", "--models", "naive", "--horizon", "1d", "--windows",
+            "2", "--planning", "-q"]
+    capsys.readouterr()
+    assert main([*base, "--cluster", "lab"]) == 0
+    printed = capsys.readouterr().out
+    assert ("planned lab's gpus_in_use: the totals add up the 2 VC(s) (vc-a, vc-b), so that "
+            "each GPU counts once; all, gpu:X count the same GPUs again") in " ".join(
+        printed.split())
+    cluster = _planning_rows(printed)
+    with usecases.open_store(db) as store:
+        saved = store.latest_evaluation("planning")
+    assert saved is not None
+    # every scope's GPUs in use is kept per series (prism capacity --max-unmet reuses them);
+    # no count of jobs, no queue
+    assert sorted(saved[3]["series_id"].unique()) == [
+        f"lab/{s}/gpus_in_use" for s in ("all", "gpu:X", "vc-a", "vc-b")]
+    # the totals: those of the two VCs named, by hand
+    assert main([*base, "--series", "lab/vc-a/gpus_in_use", "--series",
+                 "lab/vc-b/gpus_in_use"]) == 0
+    by_hand = _planning_rows(capsys.readouterr().out)
+    assert cluster == by_hand and cluster[STATIC, "1d"][0] == "2"
+    # a metric named is planned as asked, over the same partition
+    assert main([*base, "--cluster", "lab", "--metric", "gpus_pending"]) == 0
+    printed = capsys.readouterr().out
+    assert "planned lab's gpus_pending: the totals add up the 2 VC(s)" in " ".join(
+        printed.split())
+    assert _planning_rows(printed)[STATIC, "1d"][0] == "2"
+    # series named across metrics and overlapping scopes: per metric, each GPU once
+    assert main([*base, "--series", "lab/all/gpus_in_use", "--series", "lab/vc-a/gpus_in_use",
+                 "--series", "lab/vc-a/jobs_submitted"]) == 0
+    printed = " ".join(capsys.readouterr().out.split())
+    assert "planned lab's gpus_in_use: the totals add up the 1 VC(s) (vc-a)" in printed
+    assert "all count the same GPUs again" in printed
+    assert "planned lab's jobs_submitted" in printed and "metric" in printed

@@ -341,9 +341,13 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
     params = _pairs(args.param, "--param")
     specs = evaluation_uc.model_specs(models, params)  # checked before the store is opened
     quantiles = _quantiles(args.quantiles)
+    explicit = bool(args.series or args.metric)  # else the planning plans GPUs in use
     with usecases.open_store(args.db, must_exist=True) as store:
         series = None if args.all and not (args.cluster or args.metric) else select_series(
             store, args.series, args.cluster, args.metric)
+        if args.planning and not args.summary and not args.output and not explicit:
+            # the planning alone: backtest only the series it plans (each scope's GPUs in use)
+            series = list(evaluation_uc.planning_series(store, series, explicit=False).planned)
         if _batch_mode(args):
             if args.refit != "always":
                 raise ConfigError("a batch backtest refits at every cutoff; drop --refit")
@@ -383,13 +387,14 @@ def _cmd_backtest(args: argparse.Namespace) -> int:
         # printed and kept in the store, for `prism report`
         scores = evaluation_uc.score_backtest(
             store, done, horizon=args.horizon, windows=args.windows, quantiles=quantiles,
-            accuracy=args.summary, planning=args.planning)
+            accuracy=args.summary, planning=args.planning, explicit=explicit)
     if scores.accuracy is not None:
         planning.print_summary(scores.accuracy, args, models)
     if scores.planning is not None:
         planning.print_planning(
             scores.planning, f"planning backtest ({scores.planning_run_id}): one level per "
             f"series and block, set from each {args.horizon} forecast", messages(args.output))
+        messages(args.output).print(scores.planning_note, markup=False)
     return 0
 
 

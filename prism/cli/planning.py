@@ -14,7 +14,9 @@ per stage on a terminal.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -138,6 +140,37 @@ def _max_unmet(args: argparse.Namespace) -> float | None:
     return None if args.max_unmet is None else parse_max_unmet(args.max_unmet)
 
 
+#: Loggers whose warnings ``prism capacity`` prints as its own ``warning:`` lines.
+_PLANNING_LOGGERS = ("prism.capacity", "prism.usecases.capacity", "prism.usecases.pool",
+                     "prism.evaluation.planning", "prism.procurement")
+
+
+@contextmanager
+def _plain_warnings() -> Iterator[None]:
+    """Print what the planning warns about (a ``--capacity`` scope without series, a
+    reservation outside the window, a target no quantile meets) as the CLI's own ``warning:``
+    lines on stderr once the work is done, not as time-stamped log records; the API keeps
+    logging them, and ``-v`` still shows the other records."""
+    seen: list[str] = []
+
+    def keep(record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING:
+            return True
+        seen.append(record.getMessage())
+        return False
+
+    loggers = [logging.getLogger(name) for name in _PLANNING_LOGGERS]
+    for logger in loggers:
+        logger.addFilter(keep)
+    try:
+        yield
+    finally:
+        for logger in loggers:
+            logger.removeFilter(keep)
+        for message in dict.fromkeys(seen):
+            _err.print(f"warning: {message}", markup=False)
+
+
 def _cmd_capacity(args: argparse.Namespace) -> int:
     """``prism capacity``: the plan of a cluster, its moves and the reasons; with
     ``--procurement``, the plan for buying beside it."""
@@ -164,7 +197,7 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
     capacities = read_capacity_table(args.capacity) if args.capacity else None
     reservations = read_reservations(args.reservations) if args.reservations else []
     choice, procurement, pool = None, None, None
-    with (progress_bar(progress_wanted(args.quiet)) as bar,
+    with (_plain_warnings(), progress_bar(progress_wanted(args.quiet)) as bar,
           usecases.open_store(args.db, must_exist=True) as store):
         if max_unmet is not None:
             choice = choose_cluster_quantiles(
@@ -195,12 +228,15 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
     if args.json:
         import json
 
+        from prism.capacity import tidy
+
         data: dict[str, Any] = {
             "cluster": plan.cluster, "horizon": args.horizon, "quantile": plan.quantile,
             "model": source.label, "watts_idle": plan.watts.idle,
             "watts_busy": plan.watts.busy, "rows": plan.records(steps=args.steps),
             "moves": plan.move_records(), "max_unmet": max_unmet,
-            "quantile_choice": choice.records() if choice is not None else []}
+            "quantile_choice": [{k: tidy(v) for k, v in c.items()}
+                                for c in (choice.records() if choice is not None else [])]}
         if procurement is not None:
             data["procurement"] = procurement_json(procurement, steps=args.steps)
         if pool is not None:
@@ -270,6 +306,8 @@ def print_plan(plan: CapacityPlan, *, growth: float = 1.0,
     quantile of each scope and the scopes where none meets the target)."""
     import pandas as pd
 
+    from prism.capacity import gpus_text
+
     table = plan.table()
     start, end = plan.rows[0].start, plan.rows[0].end
     q = f"p{plan.quantile * 100:g}" if choice is None else "at q"
@@ -287,6 +325,8 @@ def print_plan(plan: CapacityPlan, *, growth: float = 1.0,
     for col in shown.columns:
         if pd.api.types.is_float_dtype(shown[col]):
             shown[col] = shown[col].round(3 if col == "queue_risk" else 1)
+    # a need just over capacity shows the decimals that make it so (16.01 against 16)
+    shown[f"needed {q}"] = [gpus_text(r.gpus_needed, r.capacity) for r in plan.rows]
     _out.print(_table(shown, title=f"{plan.cluster}: {start:%Y-%m-%d %H:%M} to "
                       f"{end:%Y-%m-%d %H:%M} UTC ({plan.rows[0].model})"))
     if plan.moves:
@@ -365,7 +405,8 @@ def print_track_record(data: dict[str, Any]) -> None:
         table = pd.DataFrame(data["summary"])
         shown = pd.DataFrame({
             "model": table["model"], "scope": table["scope"], "plans": table["plans"],
-            "quantile": [f"p{q * 100:.3g}" for q in table["quantile"]],
+            "quantile": ["-" if q is None or q != q else f"p{q * 100:.3g}"
+                         for q in table["quantile"]],
             "in use GPU-h": table["in_use_gpu_hours"].round(1),
             "unmet": [_share(v) for v in table["unmet_share"]],
             "idle GPU-h": table["idle_gpu_hours"].round(1),

@@ -280,9 +280,9 @@ def planning_warnings(planning: pd.DataFrame | None, *, model: str,
     """Plain-words warnings where ``model``'s plans do not beat yesterday's peak on the
     planning backtest (none without a backtest of the model).
 
-    The model beats yesterday's peak when one of its backtested quantiles saved at least as
-    many idle GPU-hours with no more demand unmet
-    (:func:`prism.evaluation.planning.versus_reference`).
+    The model beats yesterday's peak when one of its backtested quantiles left no more demand
+    unmet and fewer idle GPU-hours (:func:`prism.evaluation.planning.beats_reference`, the
+    test of the track record too; :func:`prism.evaluation.planning.versus_reference`).
 
     Args:
         planning: the planning totals (``prism.evaluation.planning`` columns, maybe
@@ -322,8 +322,11 @@ def planning_warnings(planning: pd.DataFrame | None, *, model: str,
             text += (f" At the report's p{pct(quantile)} it saved "
                      f"{_pct1(mine['saved_share'].iloc[0])} with "
                      f"{_pct2(mine['unmet_share'].iloc[0])} unmet.")
-        out.append(text + " The simple rule would have cost fewer idle GPU-hours for no more "
-                   "unmet demand.")
+        out.append(text + (" It lost on unmet demand: a plan beats the rule only with no "
+                           "more demand unmet and fewer idle GPU-hours."
+                           if math.isnan(r["quantile"]) else
+                           " The simple rule would have cost no more idle GPU-hours for no "
+                           "more unmet demand."))
     return out
 
 

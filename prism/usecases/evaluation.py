@@ -3,7 +3,9 @@
 ``prism backtest``: :func:`backtest_series` runs a rolling-origin backtest in memory (or
 :func:`batch_backtest` reads the one a batch ran, :mod:`prism.usecases.batch`), then
 :func:`score_backtest` scores it (accuracy per model, and the planning backtest: one
-provisioned level per series and block) and saves both for ``prism report``.
+provisioned level per series and block) and saves both for ``prism report``. The planning
+backtest's totals add up one partition of each cluster (:func:`planning_series`: its VCs,
+else ``all``), so that each GPU counts once.
 """
 
 from __future__ import annotations
@@ -27,6 +29,75 @@ if TYPE_CHECKING:
 
 #: The model the relative scores divide by: the last value carried forward.
 BASELINE = "naive"
+#: What a planning backtest of a cluster plans unless a metric or series is named: the GPUs
+#: each scope holds (``gpu_demand`` for a cluster without it).
+PLANNED_METRICS = ("gpus_in_use", "gpu_demand")
+
+
+@dataclass(frozen=True)
+class PlanningSeries:
+    """The series a planning backtest plans, and those its totals add up.
+
+    Attributes:
+        planned: the series planned (scored one by one and kept, so that ``prism capacity
+            --max-unmet`` reuses them for every scope).
+        added: those the totals add up: per cluster and metric, one partition of its scopes
+            (the VCs, else ``all``, else the GPU types; ``all`` where the VCs share GPUs), so
+            that each GPU counts once (:func:`prism.reports.tables.partition`, as the report's
+            planning table).
+        text: what was planned and added up, in words.
+    """
+
+    planned: tuple[str, ...]
+    added: tuple[str, ...]
+    text: str
+
+
+def planning_series(store: Store, series_ids: Sequence[str] | None, *,
+                    explicit: bool) -> PlanningSeries:
+    """The series a planning backtest plans among ``series_ids`` and those its totals add up.
+
+    Args:
+        store: the store (the series and the capacities that tell whether VCs share GPUs).
+        series_ids: the series picked (``None``: every series).
+        explicit: the series or the metric were named (``--series``, ``--metric``): every
+            one is planned. Otherwise (``--cluster``, ``--all``) only each cluster's GPUs in
+            use (:data:`PLANNED_METRICS`) are: counts of jobs or queued GPUs are not capacity.
+
+    Returns:
+        The :class:`PlanningSeries` (empty where no series is of a metric to plan).
+    """
+    from prism.reports.tables import partition
+
+    ids = ([str(s) for s in store.list_series()[SERIES_ID]] if series_ids is None
+           else [str(s) for s in series_ids])
+    groups: dict[tuple[str, str], list[str]] = {}
+    for sid in ids:
+        cluster, scope, metric = split_series_id(sid)
+        groups.setdefault((cluster, metric), []).append(scope)
+    if not explicit:
+        clusters = sorted({c for c, _ in groups})
+        keep = {}
+        for cluster in clusters:
+            first = next((m for m in PLANNED_METRICS if (cluster, m) in groups), None)
+            if first is not None:
+                keep[cluster, first] = groups[cluster, first]
+        groups = keep
+    planned, added, words = [], [], []
+    for (cluster, metric), scopes in sorted(groups.items()):
+        gpus, _ = capacities_at(store, cluster, sorted(set(scopes)), None)
+        part = partition(scopes, gpus)
+        planned += [f"{cluster}/{s}/{metric}" for s in scopes]
+        added += [f"{cluster}/{s}/{metric}" for s in part.scopes]
+        text = (f"planned {cluster}'s {metric}: the totals add up {part.describe()}, so that "
+                "each GPU counts once")
+        others = part.left_out(scopes)
+        if others:
+            text += (f"; {', '.join(others)} count the same GPUs again: scored per series "
+                     "(kept for --max-unmet), not added")
+        words.append(text)
+    text = "; ".join(words) if words else "no series to plan"
+    return PlanningSeries(tuple(planned), tuple(added), text)
 
 
 @dataclass(frozen=True)
@@ -195,15 +266,17 @@ class Scores:
             bootstrap interval ``avg_rel_mae_lo`` / ``avg_rel_mae_hi``, ``catastrophes`` and
             ``compared`` (the windows in the ratio: those where either MAE is not 0).
         accuracy_run_id: its saved run.
-        planning: the planning totals per plan and block
-            (:func:`prism.evaluation.planning.planning_table`), if asked.
+        planning: the planning totals per plan and block (and ``metric``, where several are
+            planned) over one partition of each cluster (:func:`planning_series`), if asked.
         planning_run_id: the saved run of the planning rows per series.
+        planning_note: which series the planning totals add up, in words.
     """
 
     accuracy: pd.DataFrame | None = None
     accuracy_run_id: str | None = None
     planning: pd.DataFrame | None = None
     planning_run_id: str | None = None
+    planning_note: str = ""
 
 
 def score_backtest(
@@ -215,6 +288,7 @@ def score_backtest(
     quantiles: Sequence[float],
     accuracy: bool = True,
     planning: bool = False,
+    explicit: bool = True,
 ) -> Scores:
     """Score a backtest and keep the scores in the store (for ``prism report``).
 
@@ -225,7 +299,8 @@ def score_backtest(
         quantiles: its quantile levels; those >= 0.5 are the planning's provisioning levels.
         accuracy: the metrics per model (saved as ``accuracy``).
         planning: the planning backtest, capped at the stored capacities (saved as
-            ``planning``).
+            ``planning``), over the series :func:`planning_series` picks.
+        explicit: the backtest's series or metric were named (:func:`planning_series`).
 
     Raises:
         DataContractError / ConfigError: as :func:`prism.evaluation.planning.planning_table`.
@@ -249,22 +324,33 @@ def score_backtest(
         if backtest.variants:
             params["variants"] = backtest.variants
         run_id = store.save_evaluation("accuracy", table, json.dumps(params, default=str))
-    plans, plans_id = None, None
+    plans, plans_id, note = None, None, ""
     if planning:
         levels = [q for q in quantiles if q >= 0.5]
-        plans, plans_id = _planning_scores(store, backtest, horizon=horizon, quantiles=levels)
-    return Scores(table, run_id, plans, plans_id)
+        chosen = planning_series(store, sorted(backtest.frame[SERIES_ID].astype(str).unique()),
+                                 explicit=explicit)
+        if not chosen.planned:
+            raise ConfigError("no series to plan: a planning backtest plans GPUs in use "
+                              "(gpus_in_use, or gpu_demand); pick them with --metric "
+                              "gpus_in_use or --series")
+        plans, plans_id = _planning_scores(store, backtest, chosen, horizon=horizon,
+                                           quantiles=levels)
+        note = chosen.text
+    return Scores(table, run_id, plans, plans_id, note)
 
 
-def _planning_scores(store: Store, backtest: Backtest, *, horizon: str,
-                     quantiles: Sequence[float]) -> tuple[pd.DataFrame, str]:
+def _planning_scores(store: Store, backtest: Backtest, chosen: PlanningSeries, *,
+                     horizon: str, quantiles: Sequence[float]) -> tuple[pd.DataFrame, str]:
     """Score a backtest as a planning backtest (GPUs in use capped at the stored capacities)
-    and save its rows per series: ``(totals per plan and block, run id)``."""
-    from prism.evaluation.planning import planning_table
+    on ``chosen.planned`` and save its rows per series: ``(totals per plan and block over
+    ``chosen.added``, per metric where there are several, run id)``."""
+    from prism.evaluation.planning import aggregate_plans, planning_table
     from prism.forecasters.base import horizon_steps
     from prism.schema import panel_freq
 
-    frame, panel = backtest.frame, backtest.panel
+    planned = set(chosen.planned)
+    frame = backtest.frame[backtest.frame[SERIES_ID].isin(planned)]
+    panel = backtest.panel[backtest.panel[SERIES_ID].isin(planned)]
     freq_s = panel_freq(panel, purpose="be planned together")
     h = horizon_steps(horizon, freq_s)
     blocks = [b for b, s in (("1d", 86_400), ("1h", 3_600))
@@ -281,8 +367,14 @@ def _planning_scores(store: Store, backtest: Backtest, *, horizon: str,
         if scope in gpus:
             capacity[str(sid)] = gpus[scope]
     floor = True  # sized as `prism capacity` sizes by default; --max-unmet reads this back
-    table, by_series = planning_table(frame, panel, horizon=horizon, quantiles=quantiles,
-                                      blocks=blocks, capacity=capacity, floor=floor)
+    _, by_series = planning_table(frame, panel, horizon=horizon, quantiles=quantiles,
+                                  blocks=blocks, capacity=capacity, floor=floor)
+    added = by_series[by_series[SERIES_ID].isin(set(chosen.added))]
+    metric = added[SERIES_ID].map(lambda s: split_series_id(str(s))[2])
+    keys = ["plan", "model", "quantile", "block"]
+    if metric.nunique() > 1:  # GPUs of one metric are not added to another's
+        added, keys = added.assign(metric=metric), ["metric", *keys]
+    table = aggregate_plans(added, keys=keys)
     run_id = store.save_evaluation("planning", by_series, json.dumps({
         "models": ",".join(map(str, pd.unique(frame["model"]))), "horizon": horizon,
         "windows": int(frame["cutoff"].nunique()),

@@ -9,7 +9,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 from fastapi.responses import HTMLResponse
 
-from prism.capacity import Watts, parse_reservation
+from prism.capacity import Watts, parse_reservation, tidy
 from prism.errors import ConfigError
 from prism.usecases import report as report_uc
 from prism.usecases.capacity import (
@@ -86,8 +86,9 @@ def get_capacity(q: Annotated[CapacityQuery, Query()], server: ServerDep,
                              for r in plan.records(steps=q.steps)],
                        moves=[MoveOut.model_validate(m) for m in plan.move_records()],
                        max_unmet=q.max_unmet,
-                       quantile_choice=[QuantileChoiceOut.model_validate(c)
-                                        for c in (choice.records() if choice else [])],
+                       quantile_choice=[QuantileChoiceOut.model_validate(
+                           {k: tidy(v) for k, v in c.items()})
+                           for c in (choice.records() if choice else [])],
                        procurement=procurement, pool=pool)
 
 
