@@ -122,7 +122,10 @@ def horizon_steps(horizon: int | str, freq_s: int, *, name: str = "horizon") -> 
     elif isinstance(horizon, str) and horizon.strip().isdigit():
         steps = int(horizon)
     else:
-        seconds = parse_duration(str(horizon)).total_seconds()
+        try:
+            seconds = parse_duration(str(horizon)).total_seconds()
+        except ConfigError as exc:  # name the field: a request has several durations
+            raise ConfigError(f"{name.rstrip('=')}: {exc}") from None
         if seconds % freq_s:
             raise ConfigError(
                 f"{name}{'' if name.endswith('=') else ' '}{horizon!r} is not a whole number"

@@ -28,6 +28,8 @@ def check_tz(tz: str | None) -> None:
     if tz is None:
         return
     try:
+        if not tz.strip():
+            raise ValueError("an empty name")  # pandas raised IndexError on ''
         pd.Timestamp("2000-01-01").tz_localize(tz)
     except (KeyError, ValueError, TypeError, AttributeError) as exc:
         raise ConfigError(

@@ -157,3 +157,14 @@ def test_nan_is_quoted_like_any_value_that_is_not_a_number(
     err = _refused(db, path, "long-csv", capsys)
     assert err.startswith(f"error: {path}, line 2, column 'value': value is missing or not a "
                           "number (value 'NaN')")
+
+
+def test_an_empty_time_zone_is_named_not_a_traceback(
+        db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    before = _snapshot(db)
+    wide = tmp_path / "w.csv"
+    wide.write_text("time,gpus_in_use\n2026-01-05 00:00:00,1\n")
+    assert _ingest(db, wide, "wide-csv", "--cluster", "wq", "--time-col", "time",
+                   "--tz", "") == 1
+    assert "unknown time zone '' (an empty name)" in capsys.readouterr().err
+    assert _snapshot(db) == before

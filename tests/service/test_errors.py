@@ -223,3 +223,10 @@ def test_a_json_ingest_with_a_field_it_does_not_take_is_refused_whole(
                                                              "result": []}})
     assert answer.status_code == 415
     assert "multipart/form-data (field `file`)" in answer.json()["detail"]
+
+
+def test_a_bad_horizon_is_named_in_the_detail(client: TestClient) -> None:
+    for horizon in ("1y", "6000w"):
+        answer = client.get("/v1/forecast", params={"series_id": SERIES, "horizon": horizon})
+        assert answer.status_code == 422, answer.text
+        assert answer.json()["detail"].startswith("horizon: "), answer.text
