@@ -32,6 +32,22 @@ async def readyz(server: ServerDep) -> ReadyOut | JSONResponse:
     return ReadyOut.model_validate(status)
 
 
+# probes (a load balancer's or Kubernetes' HEAD check) may ask with HEAD: the same status,
+# no body; left out of the schema, which lists each operation once
+@router.head("/healthz", include_in_schema=False)
+async def healthz_head() -> Response:
+    """HEAD /healthz."""
+    return Response(status_code=200)
+
+
+@router.head("/readyz", include_in_schema=False)
+async def readyz_head(server: ServerDep) -> Response:
+    """HEAD /readyz: 200 when ready, else 503 with Retry-After."""
+    if hub_status(server) is None:
+        return Response(status_code=503, headers={"Retry-After": "1"})
+    return Response(status_code=200)
+
+
 @router.get("/metrics", response_class=Response,
             responses={200: {"content": {CONTENT_TYPE_LATEST: {"schema": {"type": "string"}}},
                              "description": "Prometheus text format"}})

@@ -43,6 +43,9 @@ def test_health_ready_and_metrics_are_open(client: TestClient) -> None:
     assert client.get("/healthz").json() == {"status": "ok"}
     ready = client.get("/readyz").json()
     assert ready["status"] == "ready" and ready["series"] == 35
+    for probe in ("/healthz", "/readyz"):  # as a load balancer's HEAD check asks
+        head = client.head(probe)
+        assert head.status_code == 200 and head.content == b""
     response = client.get("/metrics")
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/plain")
