@@ -139,7 +139,9 @@ def backtest(
     At each refit cutoff a fresh ``clone`` of the forecaster is fitted on the points up to the
     cutoff; with ``refit=k`` the model is refitted at every ``k``-th cutoff (the first included)
     and in between the last fitted model is ``update``-d with the points since the previous
-    cutoff (cheaper: parameters are not relearned). The given forecasters are never fitted.
+    cutoff (cheaper: parameters are not relearned; the serving fallback to seasonal naive is
+    not checked there, so each row is the named model's). The given forecasters are never
+    fitted.
 
     Args:
         forecaster: a forecaster, a sequence of them (each named by its ``alias``), or a
@@ -191,7 +193,9 @@ def backtest(
                     if model is None or w % every == 0:
                         model = clone(template).fit(_until(panel, cutoff))
                     else:
-                        model = model.update(_between(panel, by_window[w - 1], cutoff))
+                        # the model named, not the serving fallback it may switch to
+                        model = model.update(_between(panel, by_window[w - 1], cutoff),
+                                             fallback=False)
                     fc = model.predict(h, quantiles)
             except (DataContractError, ConfigError) as exc:
                 raise type(exc)(

@@ -402,14 +402,16 @@ class BaseForecaster(abc.ABC):
         out = np.maximum.accumulate(np.maximum(out, 0.0), axis=1)  # never cross, never < 0
         return mean, out
 
-    def update(self, new_points: pd.DataFrame) -> Self:
+    def update(self, new_points: pd.DataFrame, *, fallback: bool = True) -> Self:
         """Absorb fresh points of fitted series without refitting the parameters.
 
         Points at or before a series' last timestamp replace the stored values (late
         revisions of a bucket); the rest must continue the series without a gap. Each updated
-        series is recalibrated on its new tail and its rolling error is checked against the
-        seasonal naive fallback (see the module docstring). Either naming and zoned times are
-        accepted, as in :meth:`fit`; forecasts keep the style of the fit.
+        series is recalibrated on its new tail and, with ``fallback`` (serving), its rolling
+        error is checked against the seasonal naive fallback (see the module docstring). A
+        backtest passes ``fallback=False``: it measures the model it names, and the baseline
+        ``naive`` served by seasonal naive would be no baseline. Either naming and zoned times
+        are accepted, as in :meth:`fit`; forecasts keep the style of the fit.
 
         Raises:
             NotFittedError: before ``fit``.
@@ -449,7 +451,8 @@ class BaseForecaster(abc.ABC):
         self.version_ += 1
         for sid in touched:
             self._calibrate(sid)
-            self._check_fallback(sid)
+            if fallback:
+                self._check_fallback(sid)
         return self
 
     # -- shared machinery ---------------------------------------------------------------------

@@ -151,9 +151,9 @@ class SeriesModels(BaseForecaster):
         self._check_fitted()
         return self.models_[series_id].forecast_arrays(series_id, steps, quantiles)
 
-    def update(self, new_points: pd.DataFrame) -> Self:
+    def update(self, new_points: pd.DataFrame, *, fallback: bool = True) -> Self:
         """Each held model absorbs the new points of its series (see
-        :meth:`BaseForecaster.update`).
+        :meth:`BaseForecaster.update`, and its ``fallback``).
 
         Raises:
             NotFittedError: before ``fit``.
@@ -173,7 +173,7 @@ class SeriesModels(BaseForecaster):
             model = self.models_[sid]
             by_model.setdefault(id(model), (model, []))[1].append(sid)
         for model, sids in by_model.values():
-            model.update(panel[panel[SERIES_ID].isin(sids)])
+            model.update(panel[panel[SERIES_ID].isin(sids)], fallback=fallback)
         self._gather(touched)
         self.version_ += 1
         return self

@@ -277,3 +277,17 @@ def test_cheap_baselines_backtest_through_the_panel_path_to_the_same_numbers(
     slow = backtest(get_forecaster(alias), panel, **kwargs)
     pd.testing.assert_frame_equal(fast, slow)
     assert fast["cutoff"].nunique() >= 3 and fast["p95"].notna().all()
+
+
+def test_a_backtest_between_refits_measures_the_model_it_names_not_the_fallback() -> None:
+    # a clean daily cycle: the last value loses to seasonal naive by far, so a served naive
+    # model would switch to its fallback on update; a backtest row labelled naive stays naive
+    t = np.arange(144 * 12)
+    panel = factories.panel_of({"c/all/gpus_in_use": 50 + 40 * np.sin(2 * np.pi * t / 144)})
+    served = get_forecaster("naive").fit(panel.iloc[:144 * 9])
+    served.update(panel.iloc[144 * 9:144 * 10])
+    assert "c/all/gpus_in_use" in served.fallback_  # what serving does
+    frame = backtest(get_forecaster("naive"), panel, horizon="6h", windows=6, refit=3)
+    for (_, cutoff), window in frame.groupby(["series_id", "cutoff"]):
+        last = panel.loc[panel["ts"] == cutoff, "value"].item()
+        np.testing.assert_allclose(window["mean"], last)  # the last value, every window
