@@ -106,8 +106,12 @@ def _print_ingest(args: argparse.Namespace, report: IngestReport,
             _out.print(f"  rejected line {r.line} column {r.column}: {r.reason} ({r.raw!r})")
         if f.rejected > 5:
             _out.print(f"  ... {f.rejected - 5:,} more in the `rejects` table")
+    stored = "; ".join(part for part in (
+        f"{report.replaced:,} of them replaced stored values" if report.replaced else "",
+        f"{report.same:,} were stored already" if report.same else "") if part)
     _out.print(
-        f"{report.rows:,} rows added, {report.rejected:,} rejected; "
+        f"{report.rows:,} rows added{f' ({stored})' if stored else ''}, "
+        f"{report.rejected:,} rejected; "
         f"{report.series} series in {', '.join(report.clusters) or 'no changed cluster'} "
         f"(store {args.db})"
     )

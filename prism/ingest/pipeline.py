@@ -71,6 +71,8 @@ class FileReport:
     note: str = ""
     #: samples at a (series_id, ts) stored before with another value, which this file replaced
     replaced: int = 0
+    #: samples at a (series_id, ts) stored before with the same value (nothing changed)
+    same: int = 0
 
 
 @dataclass
@@ -99,6 +101,11 @@ class IngestReport:
     def replaced(self) -> int:
         """Stored samples whose value the run replaced (same series and time, newest wins)."""
         return sum(f.replaced for f in self.files)
+
+    @property
+    def same(self) -> int:
+        """Samples the run read that the store held already with the same value."""
+        return sum(f.same for f in self.files)
 
 
 def _clusters_without_series(known: Mapping[str, int], clusters: Sequence[str]) -> list[str]:
@@ -263,7 +270,7 @@ def _ingest(
             note = "; ".join(n for n in (batch.note, replaced.note()) if n)
             done[i] = FileReport(str(path), "ingested", rows, len(batch.rejects), ingest_id,
                                  tuple(batch.rejects), reader="checked", note=note,
-                                 replaced=replaced.changed)
+                                 replaced=replaced.changed, same=replaced.same)
             if progress:
                 progress("write", n, len(pending))
         if defer and touched and _any_repeat(store, sorted(touched)):

@@ -99,6 +99,8 @@ def test_an_overlapping_export_replaces_what_it_corrects(
     out = " ".join(capsys.readouterr().out.split())
     assert (f"{later}: 3 rows (1 replaced stored values at the same series and time; 1 already "
             "stored with the same value)") in out
+    # the run's total says the same, not "3 rows added" alone
+    assert "3 rows added (1 of them replaced stored values; 1 were stored already)" in out
     assert _values(db, "c2/all/jobs_submitted", capsys) == [5.0, 60.0, 7.0, 8.0]
 
 
