@@ -116,6 +116,9 @@ def test_datasets_list_and_download_then_ingest(tmp_path: Path, traces: Path,
     assert main(["datasets", "list", "--json"]) == 0
     names = {d["name"] for d in json.loads(capsys.readouterr().out)}
     assert {"alibaba-v2023-pods", "helios-earth-vc6YE", "philly-node-sequence"} <= names
+    assert main(["datasets", "list"]) == 0  # the table gives sizes in words
+    table = capsys.readouterr().out
+    assert " MB " in table and "e+0" not in table
 
     mirror = tmp_path / "mirror"
     mirror.mkdir()

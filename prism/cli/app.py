@@ -487,8 +487,9 @@ def _cmd_datasets_list(args: argparse.Namespace) -> int:
     frame = list_datasets()
     if args.json:
         _print_records(frame)
-    else:
-        _out.print(_table(frame, title="public GPU traces"))
+    else:  # sizes in words (the column is float where some sizes are unknown: 3.41545e+06)
+        size = frame["size"].map(lambda b: "?" if b != b else f"{b / 1e6:,.1f} MB")
+        _out.print(_table(frame.assign(size=size), title="public GPU traces"))
     return 0
 
 
