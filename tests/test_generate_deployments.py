@@ -323,3 +323,15 @@ def test_cli_rejects_bad_apps(tmp_path: Path, capsys: pytest.CaptureFixture[str]
                  "--apps", "0"]) != 0
     assert "--apps" in capsys.readouterr().err
     assert not (tmp_path / "deployments.csv").exists()
+
+
+@pytest.mark.parametrize(("kind", "flag", "value"), [
+    ("deployments", "--file-format", "parquet"), ("deployments", "--clusters", "3"),
+    ("jobs", "--apps", "4")])
+def test_cli_refuses_an_option_of_the_other_kind(tmp_path: Path, kind: str, flag: str,
+                                                 value: str,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["generate", "--kind", kind, "--output", str(tmp_path), "--days", "1", flag,
+                 value]) == 1
+    assert f"{flag} does not apply to --kind {kind}" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())  # nothing written

@@ -451,17 +451,28 @@ def _cmd_models_prune(args: argparse.Namespace) -> int:
 def _cmd_generate(args: argparse.Namespace) -> int:
     from prism.usecases import catalogue as catalogue_uc
 
+    # an option of the other kind would be ignored: say so rather than write what was not
+    # asked for (deployments are a long CSV; --file-format parquet wrote CSV)
+    other = (("--clusters", args.clusters), ("--jobs-per-day", args.jobs_per_day),
+             ("--file-format", args.file_format)) if args.kind == "deployments" else (
+             ("--apps", args.apps),)
+    unused = [flag for flag, value in other if value is not None]
+    if unused:
+        raise ConfigError(f"{unused[0]} does not apply to --kind {args.kind}: drop it "
+                          f"(deployments take --apps, --days and --seed and are written as CSV; "
+                          "jobs take --clusters, --jobs-per-day and --file-format)")
     if args.kind == "deployments":
-        written = catalogue_uc.generate_deployments(args.output, apps=args.apps,
-                                                    days=args.days, seed=args.seed)
+        written = catalogue_uc.generate_deployments(
+            args.output, apps=24 if args.apps is None else args.apps, days=args.days,
+            seed=args.seed)
         _out.print(f"wrote {written.n_rows:,} samples of {written.n_series} app GPU "
                    f"allocation series to {written.path}")
         _out.print(f"next: prism ingest {written.path} --format long-csv")
         return 0
     with _progress(not args.quiet) as progress:
         result = catalogue_uc.generate_trace(
-            args.output, days=args.days, clusters=args.clusters, seed=args.seed,
-            jobs_per_day=args.jobs_per_day, fmt=args.file_format,
+            args.output, days=args.days, clusters=2 if args.clusters is None else args.clusters,
+            seed=args.seed, jobs_per_day=args.jobs_per_day, fmt=args.file_format or "csv",
             progress=(lambda done, total: progress("generate", done, total)) if progress
             else None,
         )

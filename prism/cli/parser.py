@@ -307,14 +307,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="jobs: a job trace; deployments: GPUs allocated to the apps of an "
                    "inference fleet, a long CSV for --format long-csv")
     p.add_argument("--days", type=int, default=28, help="days of trace")
-    p.add_argument("--clusters", type=int, default=2, help="clusters (jobs only)")
+    p.add_argument("--clusters", type=int, default=None, help="clusters (jobs only; default 2)")
     p.add_argument("--seed", type=int, default=0, help="random seed (the same seed, the same "
                    "trace)")
-    p.add_argument("--apps", type=int, default=24, help="applications (deployments only)")
+    p.add_argument("--apps", type=int, default=None,
+                   help="applications (deployments only; default 24)")
     p.add_argument("--jobs-per-day", type=float, default=None,
                    help="arrivals per cluster per day (default: realistic rates)")
-    p.add_argument("--file-format", choices=("csv", "parquet"), default="csv",
-                   help="the format of the files written")
+    p.add_argument("--file-format", choices=("csv", "parquet"), default=None,
+                   help="the format of the files written (jobs only; default csv)")
     quiet_flag(p)
     p.set_defaults(func=app._cmd_generate)
 
