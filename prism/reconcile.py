@@ -21,12 +21,16 @@ the GPU-type scopes (``{cluster}/gpu:<type>/{metric}``). Two groupings share one
 Quantile columns move by the same amount as the mean of their row (the reconciled mean is
 coherent; quantiles of sums do not add up, so no method could make them), then are clipped at
 0; their order is kept.
+
+Only whole groupings are reconciled: a total forecast with some of its VCs (or GPU types) but
+not all that the store holds would become the sum of those named, so
+:func:`check_complete` refuses it, naming the missing series.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -89,6 +93,62 @@ def hierarchy(series_ids: Sequence[str]) -> dict[str, list[list[str]]]:
     return out
 
 
+def incomplete_groupings(series_ids: Sequence[str], stored: Collection[str]
+                         ) -> dict[str, list[str]]:
+    """The totals among ``series_ids`` forecast with only part of a grouping.
+
+    Args:
+        series_ids: the series forecast.
+        stored: every series the store holds.
+
+    Returns:
+        Total series id -> the members of its partly named groupings (its VCs, its GPU
+        types) that ``series_ids`` lack, sorted; only totals with missing members are listed.
+        A grouping none of whose members is named is left out: nothing of it is reconciled.
+    """
+    named = set(series_ids)
+    whole = hierarchy(sorted(named | set(stored)))
+    missing: dict[str, list[str]] = {}
+    for total in hierarchy(sorted(named)):
+        lacking = [s for group in whole[total] if named.intersection(group)
+                   for s in group if s not in named]
+        if lacking:
+            missing[total] = sorted(lacking)
+    return missing
+
+
+def check_complete(series_ids: Sequence[str], stored: Collection[str]) -> None:
+    """Refuse to reconcile a total with only some of its members.
+
+    Reconciliation makes a cluster's VCs (and its GPU types) add up to its ``all`` series; with
+    only some of them it would replace the total by the sum of those named.
+
+    Args:
+        series_ids: the series forecast.
+        stored: every series the store holds.
+
+    Raises:
+        DataContractError: naming the total, the missing series and the fix.
+    """
+    missing = incomplete_groupings(series_ids, stored)
+    if not missing:
+        return
+    total, lacking = next(iter(missing.items()))
+    cluster = split_series_id(total)[0]
+    types = {split_series_id(s)[1].startswith(GPU_TYPE_PREFIX) for s in lacking}
+    kind = {frozenset({False}): "VC", frozenset({True}): "GPU-type"}.get(
+        frozenset(types), "VC and GPU-type")
+    shown = ", ".join(repr(s) for s in lacking[:5]) + (
+        f" and {len(lacking) - 5} more" if len(lacking) > 5 else "")
+    others = f" ({len(missing) - 1} more totals alike)" if len(missing) > 1 else ""
+    raise DataContractError(
+        f"cannot reconcile {total!r} with only some of its {kind} series{others}: "
+        f"{shown} {'is' if len(lacking) == 1 else 'are'} missing, and the total would become "
+        f"the sum of those named. Name them too, or forecast the whole cluster with --cluster "
+        f"{cluster} (or drop --reconcile)"
+    )
+
+
 def shrunk_covariance(residuals: FloatArray) -> FloatArray:
     """Schäfer-Strimmer shrinkage of the covariance of ``residuals`` (rows: times).
 
@@ -128,6 +188,7 @@ def reconcile(
     *,
     method: str = "mint_shrink",
     residuals: pd.DataFrame | None = None,
+    stored: Collection[str] | None = None,
 ) -> pd.DataFrame:
     """Make the forecasts of each cluster's scopes add up to the cluster forecast.
 
@@ -136,6 +197,9 @@ def reconcile(
         method: ``bottom_up`` or ``mint_shrink``.
         residuals: one-step errors ``series_id, ts, value`` of the series (for
             ``mint_shrink``; e.g. :func:`one_step_residuals` of the fitted model).
+        stored: every series the store holds: a total forecast with only some of the
+            members the store has is refused (:func:`check_complete`). ``None``: the
+            forecast is taken to hold whole groupings.
 
     Returns:
         The forecast with reconciled ``mean`` and shifted quantile columns; series outside any
@@ -143,12 +207,15 @@ def reconcile(
 
     Raises:
         ConfigError: for an unknown method, or ``mint_shrink`` without residuals.
-        DataContractError: when members of a total do not share its timestamps.
+        DataContractError: when members of a total do not share its timestamps, or (with
+            ``stored``) a total is forecast with only some of its members.
     """
     if method not in METHODS:
         raise ConfigError(f"unknown reconciliation {method!r}; use one of {', '.join(METHODS)}")
     if method == "mint_shrink" and residuals is None:
         raise ConfigError("mint_shrink needs the one-step residuals of the series")
+    if stored is not None:
+        check_complete(forecast[SERIES_ID].astype(str).unique().tolist(), stored)
     out = forecast.copy()
     quantile_cols = [c for c in out.columns if c.startswith("p") and c[1:].replace(".", "")
                      .isdigit()]
@@ -162,13 +229,8 @@ def reconcile(
     new = wide.copy()
     for total, groups in tree.items():
         members_all = [total] + [s for g in groups for s in g]
+        _check_same_steps(wide, total, members_all[1:])
         block = wide[members_all]
-        if block.isna().any().any():
-            bad = block.columns[block.isna().any()][0]
-            raise DataContractError(
-                f"{bad!r} does not cover the horizon of {total!r}; forecast the whole "
-                "hierarchy over the same steps to reconcile it"
-            )
         primary = [total] + groups[0]
         y = block[primary].to_numpy().T
         if method == "bottom_up":
@@ -202,6 +264,27 @@ def reconcile(
         logger.info("reconciliation moved some forecasts below 0 (down to %.3g); clipped", low)
     out[["mean", *quantile_cols]] = out[["mean", *quantile_cols]].clip(lower=0.0)
     return out.drop(columns="delta")[list(forecast.columns)]
+
+
+def _check_same_steps(wide: pd.DataFrame, total: str, members: list[str]) -> None:
+    """Refuse a member whose forecast covers other times than its total's (the stored
+    series end at different times), naming both and their times."""
+    def span(sid: str) -> tuple[pd.Index, str]:
+        ts = wide.index[wide[sid].notna()]
+        text = f"{ts.min():%Y-%m-%d %H:%M} to {ts.max():%Y-%m-%d %H:%M}" if len(ts) else "no step"
+        return ts, text
+
+    total_ts, total_span = span(total)
+    for sid in members:
+        ts, member_span = span(sid)
+        if not ts.equals(total_ts):
+            raise DataContractError(
+                f"the forecast of {sid!r} covers {member_span} but that of its total {total!r} "
+                f"covers {total_span}: their stored series end at different times, so the "
+                "forecasts cannot be added up step by step. Ingest the missing points of the "
+                "series that ends first (`prism series list` shows each last_ts), or forecast "
+                "without --reconcile"
+            )
 
 
 def _aligned(errors: pd.DataFrame, ids: list[str]) -> FloatArray:

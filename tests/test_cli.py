@@ -89,6 +89,15 @@ def test_errors_for_missing_store_series_and_format(tmp_path: Path, jobs_file: P
     with pytest.raises(SystemExit) as exit_info:
         main(["ingest"])
     assert exit_info.value.code == 2
+    for bad in (["series", "show", "lab/all/gpus_in_use", "--tail", "0"],
+                ["series", "show", "lab/all/gpus_in_use", "--tail", "-2"],
+                ["decompose", "lab/all/gpus_in_use", "--top", "-1"]):
+        with pytest.raises(SystemExit) as exit_info:  # not Python's slicing
+            main(["--db", db, *bad])
+        assert exit_info.value.code == 2
+        assert "use a whole number of at least 1" in capsys.readouterr().err
+    assert main(["--db", db, "series", "list", "--cluster", "nope"]) == 0
+    assert "no series match --cluster nope" in capsys.readouterr().out
 
 
 def test_prism_console_script_in_subprocess(tmp_path: Path, jobs_file: Path) -> None:

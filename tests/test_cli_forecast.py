@@ -355,3 +355,98 @@ def test_forecast_all_fits_one_model_per_stored_step(
     # both saved models serve their series again
     assert main(["--db", db, "forecast", "--from-model", "naive", "--models-dir", models,
                  "--horizon", "1h", "-q"]) == 0
+
+
+def _hierarchy_store(tmp_path: Path, short: str | None = None) -> str:
+    """A store of cluster ``lab``: two VCs and two GPU types whose GPUs in use add up to
+    ``lab/all``, two days of 10-minute samples (``short``: that series one day only)."""
+    rng = np.random.default_rng(7)
+    n = 288
+    ts = pd.date_range("2026-01-05", periods=n, freq="10min")
+    vc1, vc2 = rng.integers(0, 40, n).astype(float), rng.integers(0, 40, n).astype(float)
+    a100 = np.minimum(vc1, 30.0)
+    series = {"lab/all/gpus_in_use": vc1 + vc2, "lab/vc1/gpus_in_use": vc1,
+              "lab/vc2/gpus_in_use": vc2, "lab/gpu:A100/gpus_in_use": a100,
+              "lab/gpu:V100/gpus_in_use": vc1 + vc2 - a100}
+    frame = pd.concat([pd.DataFrame({"series_id": sid, "ts": ts, "value": v})
+                       .iloc[:n // 2 if sid == short else n] for sid, v in series.items()])
+    path = tmp_path / "lab.csv"
+    frame.to_csv(path, index=False, date_format="%Y-%m-%dT%H:%M:%S")
+    db = str(tmp_path / "lab.duckdb")
+    assert main(["--db", db, "ingest", str(path), "--format", "long-csv", "-q"]) == 0
+    return db
+
+
+def test_reconcile_refuses_a_total_with_only_some_of_its_scopes(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db, models = _hierarchy_store(tmp_path), str(tmp_path / "models")
+    out = tmp_path / "fc.csv"
+    argv = ["--db", db, "forecast", "--model", "naive", "--horizon", "1h", "-q",
+            "--reconcile", "bottom_up", "--output", str(out)]
+    capsys.readouterr()
+    for named, missing in (
+            (["lab/vc1/gpus_in_use"], "VC series: 'lab/vc2/gpus_in_use' is missing"),
+            (["lab/vc1/gpus_in_use", "lab/gpu:V100/gpus_in_use"],
+             "VC and GPU-type series: 'lab/gpu:A100/gpus_in_use', 'lab/vc2/gpus_in_use' are"),
+            (["lab/gpu:V100/gpus_in_use"], "GPU-type series: 'lab/gpu:A100/gpus_in_use' is")):
+        assert main([*argv, "lab/all/gpus_in_use", *named]) == 1, named
+        err = capsys.readouterr().err
+        assert f"cannot reconcile 'lab/all/gpus_in_use' with only some of its {missing}" in err
+        assert "Name them too, or forecast the whole cluster with --cluster lab" in err
+        assert not out.exists()  # nothing was written
+
+    # the whole VC grouping (the GPU types not forecast), or the whole cluster: they add up
+    assert main([*argv, "lab/all/gpus_in_use", "lab/vc1/gpus_in_use",
+                 "lab/vc2/gpus_in_use"]) == 0
+    wide = pd.read_csv(out).pivot(index="ts", columns="series_id", values="mean")
+    np.testing.assert_allclose(wide["lab/vc1/gpus_in_use"] + wide["lab/vc2/gpus_in_use"],
+                               wide["lab/all/gpus_in_use"])
+    for method in ("bottom_up", "mint_shrink"):
+        assert main([*argv[:-4], "--reconcile", method, "--output", str(out), "--cluster",
+                     "lab"]) == 0
+        wide = pd.read_csv(out).pivot(index="ts", columns="series_id", values="mean")
+        total = wide["lab/all/gpus_in_use"]
+        np.testing.assert_allclose(wide["lab/vc1/gpus_in_use"] + wide["lab/vc2/gpus_in_use"],
+                                   total)
+        np.testing.assert_allclose(wide["lab/gpu:A100/gpus_in_use"]
+                                   + wide["lab/gpu:V100/gpus_in_use"], total)
+
+    # a saved model of part of the hierarchy: refused once its series are known
+    assert main(["--db", db, "forecast", "lab/all/gpus_in_use", "lab/vc1/gpus_in_use",
+                 "--model", "naive", "--horizon", "1h", "-q", "--save", "--models-dir",
+                 models]) == 0
+    capsys.readouterr()
+    assert main([*argv, "--from-model", "naive", "--models-dir", models]) == 1
+    assert "'lab/vc2/gpus_in_use' is missing" in capsys.readouterr().err
+
+
+def test_reconcile_of_series_that_end_apart_names_both(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = _hierarchy_store(tmp_path, short="lab/vc2/gpus_in_use")
+    capsys.readouterr()
+    assert main(["--db", db, "forecast", "--cluster", "lab", "--model", "naive", "--horizon",
+                 "1h", "-q", "--reconcile", "mint_shrink", "--output", "-"]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert ("the forecast of 'lab/vc2/gpus_in_use' covers 2026-01-06 00:00 to 2026-01-06 00:50 "
+            "but that of its total 'lab/all/gpus_in_use' covers 2026-01-07 00:00 to "
+            "2026-01-07 00:50: their stored series end at different times") in captured.err
+    assert "Ingest the missing points" in captured.err
+
+
+def test_a_bad_output_fails_before_any_model_is_fitted_or_saved(
+        tmp_path: Path, store: tuple[str, pd.DataFrame],
+        capsys: pytest.CaptureFixture[str]) -> None:
+    db, _ = store
+    models = tmp_path / "models"
+    (tmp_path / "a_file").write_text("")
+    (tmp_path / "folder.csv").mkdir()
+    for output, says in (
+            (str(tmp_path / "nodir" / "x.csv"), "does not exist; create it first"),
+            (str(tmp_path / "x.xlsx"), "use a .csv, .parquet or .json file name"),
+            (str(tmp_path / "a_file" / "x.csv"), "is not a folder"),
+            (str(tmp_path / "folder.csv"), "it is a folder; name a file in it")):
+        assert main(["--db", db, "forecast", SID, "--model", "naive", "--horizon", "1h", "-q",
+                     "--save", "--models-dir", str(models), "--output", output]) == 1, output
+        assert says in capsys.readouterr().err
+        assert not models.exists(), output  # no model fitted and saved

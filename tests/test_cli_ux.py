@@ -256,6 +256,67 @@ def test_series_show_json_times_are_utc_with_z(db: str,
     assert {r["first_ts"] for r in listed} == {"2026-01-01T00:30:00Z"}  # the first job
 
 
+
+def _is_utc_z(text: str) -> bool:
+    """``2026-01-07T04:10:00Z``: ISO 8601 in UTC with ``Z``, no offset, no fraction."""
+    return re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", text) is not None
+
+
+def test_decompose_json_times_are_utc_with_z(tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    # a flat series with two bursts and a level shift at known times
+    rng = np.random.default_rng(1)
+    value = 10 + rng.normal(0, 0.5, 576)
+    value[300:] += 20
+    value[100:106] += 40
+    value[450:455] += 40
+    path, db = tmp_path / "vc1.csv", str(tmp_path / "d.duckdb")
+    pd.DataFrame({"series_id": "lab/vc1/gpus_in_use", "value": value.round(2),
+                  "ts": pd.date_range("2026-01-05", periods=576, freq="10min")}).to_csv(
+        path, index=False, date_format="%Y-%m-%dT%H:%M:%S")
+    assert main(["--db", db, "ingest", str(path), "--format", "long-csv", "-q"]) == 0
+    capsys.readouterr()
+    assert main(["--db", db, "decompose", "lab/vc1/gpus_in_use", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert [s["at"] for s in summary["level_shifts"]] == ["2026-01-07T02:00:00Z"]
+    assert len(summary["bursts"]) == 2
+    for burst in summary["bursts"]:
+        assert all(_is_utc_z(burst[k]) for k in ("start", "end", "peak")), burst
+    assert summary["bursts"][0]["start"] <= "2026-01-05T16:40:00Z" < summary["bursts"][0]["end"]
+
+
+def test_models_list_and_prune_json_times_are_utc_with_z(
+        db: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    models = str(tmp_path / "models")
+    for _ in range(2):
+        assert main(["forecast", SID, "--model", "naive", "--horizon", "1h", "--save",
+                     "--models-dir", models, "-q", "--db", db, "--output", "-"]) == 0
+    capsys.readouterr()
+    assert main(["models", "list", "--models-dir", models, "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert len(listed) == 2
+    for record in listed:
+        assert all(_is_utc_z(record[k]) for k in ("data_start", "data_end", "created")), record
+        assert record["data_start"] == "2026-01-01T00:30:00Z"  # the first job
+    assert main(["models", "list", "--models-dir", models]) == 0
+    assert "+00:00" not in capsys.readouterr().out
+    assert main(["models", "prune", "--models-dir", models, "--dry-run", "--json"]) == 0
+    pruned = json.loads(capsys.readouterr().out)
+    assert [r["model_id"] for r in pruned] == [listed[1]["model_id"]]
+    assert pruned[0]["created"] == listed[1]["created"]
+
+
+def test_batch_json_times_are_those_of_an_in_memory_forecast(
+        db: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    batch, memory = tmp_path / "batch.json", tmp_path / "memory.json"
+    argv = ["forecast", SID, "--model", "naive", "--horizon", "1h", "-q", "--db", db]
+    assert main([*argv, "--workers", "1", "--output", str(batch)]) == 0
+    assert main([*argv, "--output", str(memory)]) == 0
+    got, want = json.loads(batch.read_text()), json.loads(memory.read_text())
+    assert [r["ts"] for r in got] == [r["ts"] for r in want] and len(got) == 6
+    assert all(_is_utc_z(r["ts"]) for r in got)
+
+
 # -- progress --------------------------------------------------------------------------------
 @pytest.mark.slow
 def test_report_progress_on_a_terminal_only(db: str, tmp_path: Path,

@@ -6,9 +6,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from prism.errors import ConfigError
+from prism.errors import ConfigError, DataContractError
 from prism.forecasters import get_forecaster
-from prism.reconcile import hierarchy, one_step_residuals, reconcile, shrunk_covariance
+from prism.reconcile import (
+    check_complete,
+    hierarchy,
+    incomplete_groupings,
+    one_step_residuals,
+    reconcile,
+    shrunk_covariance,
+)
 
 STEP = pd.Timedelta("10min")
 
@@ -110,3 +117,54 @@ def test_bad_method_and_missing_residuals() -> None:
         reconcile(frame, method="top_down")
     with pytest.raises(ConfigError, match="residuals"):
         reconcile(frame, method="mint_shrink")
+
+
+STORED = ["c/all/gpus_in_use", "c/vcA/gpus_in_use", "c/vcB/gpus_in_use", "c/vcC/gpus_in_use",
+          "c/gpu:V100/gpus_in_use", "c/gpu:A100/gpus_in_use", "c/all/gpu_util",
+          "c/vcA/gpu_util", "d/all/gpus_in_use", "d/vcA/gpus_in_use"]
+
+
+def test_a_total_with_part_of_a_grouping_is_found_and_refused() -> None:
+    total = "c/all/gpus_in_use"
+    # whole groupings (or none of one) are fine; a ratio metric has no hierarchy
+    for named in ([total, "c/vcA/gpus_in_use", "c/vcB/gpus_in_use", "c/vcC/gpus_in_use"],
+                  [total, "c/gpu:V100/gpus_in_use", "c/gpu:A100/gpus_in_use"],
+                  [total], ["c/vcA/gpus_in_use"], ["c/all/gpu_util", "c/vcA/gpu_util"], STORED):
+        assert incomplete_groupings(named, STORED) == {}, named
+        check_complete(named, STORED)
+    assert incomplete_groupings([total, "c/vcA/gpus_in_use", "c/gpu:V100/gpus_in_use",
+                                 "d/all/gpus_in_use", "d/vcA/gpus_in_use"], STORED) == {
+        total: ["c/gpu:A100/gpus_in_use", "c/vcB/gpus_in_use", "c/vcC/gpus_in_use"]}
+    with pytest.raises(DataContractError) as caught:
+        check_complete([total, "c/vcA/gpus_in_use"], STORED)
+    message = str(caught.value)
+    assert "cannot reconcile 'c/all/gpus_in_use' with only some of its VC series" in message
+    assert "'c/vcB/gpus_in_use', 'c/vcC/gpus_in_use' are missing" in message
+    assert "Name them too, or forecast the whole cluster with --cluster c" in message
+    with pytest.raises(DataContractError, match="GPU-type series: 'c/gpu:A100/gpus_in_use' is"):
+        check_complete([total, "c/gpu:V100/gpus_in_use"], STORED)
+
+
+def test_reconcile_refuses_part_of_a_hierarchy_the_store_holds() -> None:
+    ts = pd.date_range("2026-01-01", periods=2, freq=STEP)
+    frame = pd.concat([pd.DataFrame({"series_id": s, "ts": ts, "model": "m", "mean": v})
+                       for s, v in [("c/all/gpus_in_use", [10.0, 10.0]),
+                                    ("c/vcA/gpus_in_use", [3.0, 4.0])]])
+    # without the store's series the two are taken for the whole hierarchy (as before)
+    assert reconcile(frame, method="bottom_up")["mean"].tolist()[:2] == [3.0, 4.0]
+    with pytest.raises(DataContractError, match="'c/vcB/gpus_in_use', 'c/vcC/gpus_in_use'"):
+        reconcile(frame, method="bottom_up", stored=STORED)
+
+
+def test_members_that_end_apart_from_their_total_are_named() -> None:
+    ts = pd.date_range("2026-01-01", periods=3, freq=STEP)
+    frame = pd.concat([pd.DataFrame({"series_id": s, "ts": t, "model": "m", "mean": 1.0})
+                       for s, t in [("c/all/gpus_in_use", ts), ("c/vcA/gpus_in_use", ts),
+                                    ("c/vcB/gpus_in_use", ts - 2 * STEP)]])
+    with pytest.raises(DataContractError) as caught:
+        reconcile(frame, method="bottom_up")
+    message = str(caught.value)
+    assert ("the forecast of 'c/vcB/gpus_in_use' covers 2025-12-31 23:40 to 2026-01-01 00:00 "
+            "but that of its total 'c/all/gpus_in_use' covers 2026-01-01 00:00 to "
+            "2026-01-01 00:20") in message
+    assert "end at different times" in message and "without --reconcile" in message

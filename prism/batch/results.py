@@ -129,7 +129,8 @@ def export_run(store: Store, run_ids: str | Sequence[str], output: str | Path) -
     """Write runs to ``.csv``, ``.parquet`` or ``.json`` (records), block by block.
 
     Rows come in a fixed order (run, series, cutoff, time), so two runs that computed the
-    same forecasts write the same bytes.
+    same forecasts write the same bytes. JSON times are UTC with ``Z``, as every JSON the CLI
+    and the API write (:func:`prism.usecases.files.json_records`).
 
     Raises:
         ConfigError: for another extension, a missing folder or an unknown run.
@@ -139,6 +140,9 @@ def export_run(store: Store, run_ids: str | Sequence[str], output: str | Path) -
         raise ConfigError(f"cannot write {str(path)!r}: use a .csv, .parquet or .json file name")
     if not path.parent.exists():
         raise ConfigError(f"folder {str(path.parent)!r} does not exist; create it first")
+    # the one writer of JSON times (a leaf module: stdlib and prism.errors only)
+    from prism.usecases.files import json_records
+
     ids = [run_ids] if isinstance(run_ids, str) else list(run_ids)
     unknown = [r for r in ids if store.batch_runs(r).empty]
     if unknown:
@@ -154,7 +158,7 @@ def export_run(store: Store, run_ids: str | Sequence[str], output: str | Path) -
                     frame.to_csv(handle, index=False, header=first,
                                  date_format="%Y-%m-%dT%H:%M:%S")
                 elif path.suffix == ".json":
-                    text = frame.to_json(orient="records", date_format="iso", indent=1)
+                    text = json_records(frame, indent=1)
                     body = text.strip()[1:-1].strip()
                     if body:
                         handle.write(("" if first else ",") + "\n " + body)

@@ -128,7 +128,12 @@ def _cmd_series_list(args: argparse.Namespace) -> int:
         _print_records(frame)
         return 0
     if frame.empty:
-        _out.print("no series (ingest something first: prism ingest PATH --format FORMAT)")
+        filters = [f"--{k} {v}" for k, v in (("cluster", args.cluster), ("scope", args.scope),
+                                              ("metric", args.metric)) if v]
+        _out.print(f"no series match {' '.join(filters)} (`prism series list` without them "
+                   "lists every series)" if filters else
+                   "no series (ingest something first: prism ingest PATH --format FORMAT)",
+                   markup=False)
         return 0
     cols = ["series_id", "freq", "first_ts", "last_ts", "n_points", "n_filled", "unit", "source"]
     _out.print(_table(frame[cols], title=f"{len(frame)} series"))
@@ -192,10 +197,25 @@ def _cmd_decompose(args: argparse.Namespace) -> int:
             result = series_uc.decompose_series(store, args.series_id)
         if args.plot:
             series_uc.plot_decomposition(result, args.plot)
-    print_decomposition(result.summary(top=args.top), args)
+    print_decomposition(_utc_summary(result.summary(top=args.top)), args)
     if args.plot and not args.json:
         _out.print(f"plot written to {args.plot}")
     return 0
+
+
+def _utc_summary(summary: dict[str, Any]) -> dict[str, Any]:
+    """A decomposition's summary with its times (naive UTC text) as UTC with ``Z``, as the
+    API's ``GET /v1/decomposition`` writes them (``service.schemas.UtcTime``)."""
+    from datetime import datetime
+
+    from prism.usecases.files import utc_text
+
+    def utc(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> list[dict[str, Any]]:
+        return [{k: utc_text(datetime.fromisoformat(v)) if k in keys else v
+                 for k, v in row.items()} for row in rows]
+
+    return {**summary, "bursts": utc(summary["bursts"], ("start", "end", "peak")),
+            "level_shifts": utc(summary["level_shifts"], ("at",))}
 
 
 def print_decomposition(summary: dict[str, Any], args: argparse.Namespace) -> None:
@@ -299,6 +319,8 @@ def _cmd_forecast(args: argparse.Namespace) -> int:
         return 0
     with (_progress(progress_wanted(args.quiet)) as progress,
           usecases.open_store(args.db, must_exist=True) as store):
+        if args.reconcile and not args.all:  # whole hierarchies only, checked before the fit
+            _check_hierarchies(store, select_series(store, args.series_ids, args.cluster))
         result = forecast_series(
             store, None if args.all else (args.series_ids or None), horizon=args.horizon,
             quantiles=_quantiles(args.quantiles), model=args.model,
@@ -306,6 +328,9 @@ def _cmd_forecast(args: argparse.Namespace) -> int:
             models_dir=args.models_dir, reconcile=args.reconcile, clusters=args.cluster,
             progress=progress,
         )
+        if args.reconcile and not args.all and not (args.series_ids or args.cluster):
+            # --from-model alone: its series are known once the saved models are
+            _check_hierarchies(store, result.frame["series_id"].astype(str).unique().tolist())
     frame = result.frame
     for sid, reason in result.fallback.items():
         _err.print(f"note: {sid} is forecast by the seasonal naive fallback: {reason}",
@@ -320,6 +345,16 @@ def _cmd_forecast(args: argparse.Namespace) -> int:
         say.print(f"{len(result.model_ids)} models: {', '.join(result.model_ids)}",
                   markup=False)
     return 0
+
+
+def _check_hierarchies(store: Store, series_ids: Sequence[str] | None) -> None:
+    """``--reconcile`` of whole hierarchies only: refuse a cluster's ``all`` series forecast
+    with some of its VCs (or GPU types) but not all that the store holds."""
+    from prism.reconcile import check_complete
+    from prism.usecases.series import list_series
+
+    if series_ids:
+        check_complete(series_ids, set(list_series(store)["series_id"].astype(str)))
 
 
 def _cmd_refit(args: argparse.Namespace) -> int:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -170,9 +171,34 @@ def write_output(frame: pd.DataFrame, output: str, fmt: str | None) -> str:
 
 
 def check_output(output: str | None, fmt: str | None) -> None:
-    """Fail on ``--format`` without ``--output`` (before any work is done)."""
+    """Fail on an ``--output`` that :func:`write_output` could not write, before any work is
+    done (a fit, a saved model): ``--format`` without ``--output``, a file name of another
+    type, a ``--format`` its suffix contradicts, a folder that is missing, not a folder or
+    not writable.
+
+    Raises:
+        ConfigError: saying what is wrong with ``--output`` and how to fix it.
+    """
+    from prism.usecases.files import FRAME_SUFFIXES, output_format, output_path
+
     if fmt is not None and not output:
         raise ConfigError(f"--format {fmt} needs --output FILE or --output - (stdout)")
+    if not output or output == STDOUT:
+        return
+    path = output_path(output, FRAME_SUFFIXES)
+    output_format(path, fmt)
+    folder = path.parent
+    if not folder.is_dir():
+        raise ConfigError(f"cannot write {output!r}: {str(folder)!r} is not a folder; name a "
+                          "file in a folder")
+    if path.is_dir():
+        raise ConfigError(f"cannot write {output!r}: it is a folder; name a file in it, e.g. "
+                          f"{str(path / ('forecast' + path.suffix))!r}")
+    if not os.access(folder, os.W_OK | os.X_OK) or (path.exists()
+                                                    and not os.access(path, os.W_OK)):
+        where = "the file" if path.exists() else f"the folder {str(folder)!r}"
+        raise ConfigError(f"cannot write {output!r}: {where} is not writable; pick another "
+                          "--output")
 
 
 def print_forecast(frame: pd.DataFrame, output: str | None, *, source: str = "",

@@ -59,6 +59,17 @@ class Parser(argparse.ArgumentParser):
         return f" ({'; '.join(hints)})" if hints else ""
 
 
+def positive_int(text: str) -> int:
+    """An argparse ``type``: a whole number of at least 1 (``--tail 0`` is refused, exit 2)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: use a whole number of at least 1")
+    return value
+
+
 def db_flag(p: argparse.ArgumentParser) -> None:
     """``--db`` after the subcommand (``prism series list --db s.duckdb``); it wins over a
     ``--db`` before it. Unset, the one before it (or $PRISM_DB, or the default) holds."""
@@ -189,7 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--start", help="first time shown, e.g. 2026-01-05 or 2026-01-05T06:00 "
                    "(UTC; default: the first)")
     p.add_argument("--end", help="last time shown (UTC; default: the last)")
-    p.add_argument("--tail", type=int, help="only the last N values")
+    p.add_argument("--tail", type=positive_int, help="only the last N values (N >= 1)")
     p.add_argument("--json", action="store_true", help="JSON records (times in UTC, with Z)")
     db_flag(p)
     p.set_defaults(func=app._cmd_series_show)
@@ -211,7 +222,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("series_id", help="the series, e.g. lab/all/gpus_in_use")
     p.add_argument("--plot", type=Path, help="draw the decomposition to FILE.png|.svg|.pdf")
     p.add_argument("--json", action="store_true", help="one JSON object instead of tables")
-    p.add_argument("--top", type=int, default=5, help="primitives to list")
+    p.add_argument("--top", type=positive_int, default=5, help="primitives to list")
     db_flag(p)
     p.set_defaults(func=app._cmd_decompose)
 

@@ -277,9 +277,10 @@ def forecast_series(
             model_ids = tuple(registry.save_model(fitted, root).model_id for fitted, _ in parts)
             model_id = model_ids[0] if len(model_ids) == 1 else None
             step("save", n, n)
-    if reconcile:
+    if reconcile:  # whole hierarchies only: a total with some of its VCs is refused
+        stored = set(store.list_series()[SERIES_ID].astype(str))
         parts = [(fitted, reconcile_frame(part, method=reconcile,
-                                          residuals=one_step_residuals(fitted)))
+                                          residuals=one_step_residuals(fitted), stored=stored))
                  for fitted, part in parts]
         step("reconcile", n, n)
     frame = parts[0][1] if len(parts) == 1 else pd.concat(
@@ -450,13 +451,18 @@ def prune_models(models_dir: str | Path | None = None, *, keep: int = 1,
 
 
 def _model_frame(records: Sequence[ModelRecord]) -> pd.DataFrame:
-    """Registry records as the rows :func:`list_models` prints."""
+    """Registry records as the rows :func:`list_models` prints; ``data_start``,
+    ``data_end`` and ``created`` as UTC times without a zone, as the panel's (``meta.json``
+    holds them as text, ``created`` with its offset), so that JSON writes them with ``Z``."""
     rows = [{"model_id": r.model_id, "alias": r.alias, "series": len(r.series_ids),
              "data_start": r.data_start, "data_end": r.data_end, "version": r.version,
              "created": r.created,
              "calibration_mae_1step": r.metrics.get("calibration_mae_1step")}
             for r in records]
-    return pd.DataFrame(rows, columns=_MODEL_COLUMNS)
+    frame = pd.DataFrame(rows, columns=_MODEL_COLUMNS)
+    for col in ("data_start", "data_end", "created"):
+        frame[col] = pd.to_datetime(frame[col], utc=True, format="ISO8601").dt.tz_localize(None)
+    return frame
 
 
 # -- the hub (the API) ---------------------------------------------------------------------------
