@@ -31,6 +31,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pandas as pd
 
 from prism.errors import ConfigError, DataContractError
 from prism.schema import (
@@ -258,11 +261,24 @@ def set_cluster_config(store: Store, cluster: str, *, freq: str | None, fill: st
 
 
 def derive_clusters(store: Store, clusters: Sequence[str]) -> int:
-    """Re-derive every series of ``clusters`` from their jobs and samples (call it inside a
-    transaction to replace the old series atomically).
+    """Re-derive every series of ``clusters`` from their jobs and samples, in one transaction
+    (the caller's, when it holds one: an ingest or a re-derive, so that its other changes roll
+    back with these).
+
+    A derivation that would leave a cluster's jobs without a single whole bucket (a ``--freq``
+    longer than their observation window; jobs spanning under a minute, which no ``--freq``
+    fixes, only derive nothing yet), or drop a series the cluster has (a scope whose jobs lie
+    only in the partial buckets at the window's ends), is refused: the store keeps its
+    series.
 
     Returns:
         The number of series these clusters have afterwards.
+
+    Raises:
+        ConfigError: for a bucket size that leaves a cluster's jobs no whole bucket, or drops
+            series, naming the cluster, its window and a ``--freq`` that fits.
+        DataContractError: for a cluster name that cannot name series, or values that are not
+            a panel.
     """
     names = sorted(set(clusters))
     if not names:
@@ -281,25 +297,65 @@ def derive_clusters(store: Store, clusters: Sequence[str]) -> int:
     }
     freq_s = {c: config.get(c, (freq_seconds(DEFAULT_FREQ), "auto"))[0] for c in names}
     fill = {c: config.get(c, (0, "auto"))[1] for c in names}
-    store.execute("DELETE FROM series_values WHERE list_contains(?, cluster)", [names])
-    store.execute("DELETE FROM series WHERE list_contains(?, cluster)", [names])
-    _derive_jobs(store, names, freq_s)
-    _derive_samples(store, names, freq_s, fill)
-    _check_values(store, names)
-    metrics = [r[0] for r in store.fetch_all(
-        """SELECT DISTINCT split_part(series_id, '/', 3) FROM series_values
-           WHERE list_contains(?, cluster)""", [names])]
-    infos = [metric_info(m) for m in metrics]
-    store.execute(_CATALOGUE_SQL, [
-        metrics, [i.unit for i in infos], [i.aggregation for i in infos],
-        [i.default_fill for i in infos],
-        names, [format_freq(freq_s[c]) for c in names], [fill[c] for c in names],
-    ])
+    before = _catalogue(store, names)
+    windows = _job_windows(store, names, freq_s)
+    for window in windows:
+        if window.w1 > window.w0:
+            continue
+        seconds = freq_s[window.cluster]
+        if before.get(window.cluster) or _fitting_freq(window, seconds):
+            raise ConfigError(_no_bucket_message(window, seconds,
+                                                 before.get(window.cluster, {})))
+        # no --freq helps (the jobs span under a minute) and no series is lost: the ingest
+        # says the cluster has no series yet
+        logger.warning("cluster %s: the jobs span under a minute (%s), no whole bucket: no "
+                       "series from them yet", window.cluster, _window_text(window))
+    with store.transaction():
+        store.execute("DELETE FROM series_values WHERE list_contains(?, cluster)", [names])
+        store.execute("DELETE FROM series WHERE list_contains(?, cluster)", [names])
+        _derive_jobs(store, windows, freq_s)
+        _derive_samples(store, names, freq_s, fill)
+        _check_values(store, names)
+        metrics = [r[0] for r in store.fetch_all(
+            """SELECT DISTINCT split_part(series_id, '/', 3) FROM series_values
+               WHERE list_contains(?, cluster)""", [names])]
+        infos = [metric_info(m) for m in metrics]
+        store.execute(_CATALOGUE_SQL, [
+            metrics, [i.unit for i in infos], [i.aggregation for i in infos],
+            [i.default_fill for i in infos],
+            names, [format_freq(freq_s[c]) for c in names], [fill[c] for c in names],
+        ])
+        _check_kept(store, names, before, {w.cluster: w for w in windows}, freq_s)
     n = store.fetch_one("SELECT count(*) FROM series WHERE list_contains(?, cluster)", [names])
     return int(n[0]) if n else 0
 
 
-def _derive_jobs(store: Store, clusters: list[str], freq_s: dict[str, int]) -> None:
+@dataclass(frozen=True)
+class _JobWindow:
+    """A cluster's job observation window (``start``, ``end``) and the whole buckets in it
+    (``[w0, w1)``), in microseconds since the epoch."""
+
+    cluster: str
+    jobs: int
+    by_scope: bool
+    by_type: bool
+    start: int
+    end: int
+    w0: int
+    w1: int
+
+
+def _catalogue(store: Store, clusters: list[str]) -> dict[str, dict[str, str]]:
+    """cluster -> {series_id: freq} of the series the store has now."""
+    out: dict[str, dict[str, str]] = {}
+    for cluster, series_id, freq in store.fetch_all(
+            "SELECT cluster, series_id, freq FROM series WHERE list_contains(?, cluster)",
+            [clusters]):
+        out.setdefault(str(cluster), {})[str(series_id)] = str(freq)
+    return out
+
+
+def _job_windows(store: Store, clusters: list[str], freq_s: dict[str, int]) -> list[_JobWindow]:
     stats = store.fetch_all(
         """WITH s AS (
                SELECT cluster, count(*) AS n, count(scope) AS n_scope,
@@ -315,25 +371,98 @@ def _derive_jobs(store: Store, clusters: list[str], freq_s: dict[str, int]) -> N
            SELECT s.*, w.o0, w.o1 FROM s LEFT JOIN w USING (cluster) ORDER BY cluster""",
         [clusters, clusters],
     )
-    params: dict[str, list[object]] = {k: [] for k in ("c", "f", "w0", "w1", "bs", "bt")}
+    windows = []
     for cluster, n, n_scope, n_type, first, last, o0, o1 in stats:
-        f_us = freq_s[cluster] * 1_000_000
-        start = o0 if o0 is not None else first
-        end = o1 if o1 is not None else last
-        w0 = -(-int(start) // f_us) * f_us  # the first bucket wholly inside the window
-        w1 = (int(end) // f_us) * f_us
-        if w1 <= w0:
-            logger.warning("cluster %s: observation window shorter than one bucket", cluster)
+        start = int(o0 if o0 is not None else first)
+        end = int(o1 if o1 is not None else last)
+        w0, w1 = _whole_buckets(start, end, freq_s[cluster])
+        windows.append(_JobWindow(str(cluster), int(n), n_scope > 0, n_type > 0, start, end,
+                                  w0, w1))
+    return windows
+
+
+def _whole_buckets(start: int, end: int, seconds: int) -> tuple[int, int]:
+    """``[w0, w1)``: the buckets of ``seconds`` (aligned to the epoch) wholly inside
+    ``[start, end]`` (microseconds); empty when ``w1 <= w0``."""
+    f_us = seconds * 1_000_000
+    return -(-start // f_us) * f_us, (end // f_us) * f_us
+
+
+def _derive_jobs(store: Store, windows: list[_JobWindow], freq_s: dict[str, int]) -> None:
+    params: dict[str, list[object]] = {k: [] for k in ("c", "f", "w0", "w1", "bs", "bt")}
+    for w in windows:
+        if w.w1 <= w.w0:
             continue
-        _check_buckets(cluster, (w1 - w0) // f_us, freq_s[cluster])
-        for key, value in zip(params, (cluster, f_us, w0, w1, n_scope > 0, n_type > 0),
+        f_us = freq_s[w.cluster] * 1_000_000
+        _check_buckets(w.cluster, (w.w1 - w.w0) // f_us, freq_s[w.cluster])
+        for key, value in zip(params, (w.cluster, f_us, w.w0, w.w1, w.by_scope, w.by_type),
                               strict=True):
             params[key].append(value)
         logger.info("cluster %s: deriving job series over %d buckets from %d jobs",
-                    cluster, (w1 - w0) // f_us, n)
+                    w.cluster, (w.w1 - w.w0) // f_us, w.jobs)
     if params["c"]:
         store.execute("INSERT INTO series_values (cluster, series_id, ts, value, filled) "
                       + _JOB_SERIES_SQL, list(params.values()))
+
+
+#: The bucket sizes a refusal suggests, coarsest first.
+_SUGGESTED_FREQS = ("1d", "12h", "6h", "3h", "1h", "30min", "10min", "5min", "1min")
+
+
+def _window_text(window: _JobWindow) -> str:
+    def at(us: int) -> str:
+        return pd.Timestamp(us, unit="us").strftime("%Y-%m-%d %H:%M")
+
+    hours = (window.end - window.start) / 3.6e9
+    span = (f"{hours / 24:.1f} days" if hours >= 48 else f"{hours:.1f} hours" if hours >= 2
+            else f"{hours * 60:.0f} minutes")
+    return f"{at(window.start)} to {at(window.end)} UTC ({span})"
+
+
+def _fitting_freq(window: _JobWindow, seconds: int) -> str | None:
+    """The coarsest suggested bucket size, finer than ``seconds``, with a whole bucket in the
+    window."""
+    for freq in _SUGGESTED_FREQS:
+        size = freq_seconds(freq)
+        w0, w1 = _whole_buckets(window.start, window.end, size)
+        if size < seconds and w1 > w0:
+            return freq
+    return None
+
+
+def _no_bucket_message(window: _JobWindow, seconds: int, had: dict[str, str]) -> str:
+    fit = _fitting_freq(window, seconds)
+    now = f" (the cluster has {len(had)} now)" if had else ""
+    return (f"cluster {window.cluster!r}: its jobs are observed from {_window_text(window)}, "
+            f"which holds no whole bucket of {format_freq(seconds)} (buckets are aligned to "
+            f"the Unix epoch and only whole ones are derived): its jobs would derive no "
+            f"series{now}; nothing was changed. Fix: pass a shorter --freq"
+            + (f" ({fit} fits)" if fit else "; the jobs span under a minute: ingest a longer "
+               "trace"))
+
+
+def _check_kept(
+    store: Store, clusters: list[str], before: dict[str, dict[str, str]],
+    windows: dict[str, _JobWindow], freq_s: dict[str, int],
+) -> None:
+    """Refuse a derivation that drops series a cluster had (its transaction rolls back)."""
+    after = _catalogue(store, clusters)
+    for cluster in clusters:
+        had = before.get(cluster, {})
+        lost = sorted(set(had) - set(after.get(cluster, {})))
+        if not lost:
+            continue
+        freq = format_freq(freq_s[cluster])
+        window = windows.get(cluster)
+        why = (f"the jobs of their scopes lie only in the partial buckets at the ends of the "
+               f"observation window ({_window_text(window)}), which are left out"
+               if window is not None else "none of their data falls in a bucket")
+        was = sorted(set(had.values()))
+        raise ConfigError(
+            f"cluster {cluster!r}: deriving it at {freq} would drop {len(lost)} of its "
+            f"{len(had)} series ({', '.join(lost[:3])}{', ...' if len(lost) > 3 else ''}): "
+            f"{why}; nothing was changed. Fix: pass a shorter --freq (its series are at "
+            f"{', '.join(was)})")
 
 
 def _derive_samples(

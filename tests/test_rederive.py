@@ -179,3 +179,78 @@ def test_series_rederive_command(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert main(["--db", str(db), "series", "rederive", "--cluster", "nope", "--freq", "1h"]) == 1
     assert "nope" in capsys.readouterr().err
     assert _series(db) == before
+
+
+def _store_rows(db: Path) -> dict[str, Any]:
+    """Everything a refused command must leave as it was: series, settings, jobs, ingests."""
+    with Store.open(db) as store:
+        return {**_series(db), "jobs": store.fetch_all("SELECT * FROM jobs ORDER BY ALL"),
+                "ingests": store.fetch_all("SELECT ingest_id, path FROM ingests ORDER BY 1")}
+
+
+@pytest.mark.parametrize("extra", [[], ["--fill", "zero"]])
+def test_a_freq_longer_than_the_jobs_window_is_refused_and_keeps_the_series(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str]) -> None:
+    # The trace is observed from 00:00 to 03:00: no whole bucket of 1d lies in it, so the
+    # re-derive would have deleted all 10 series and said "re-derived 0 series", exit 0.
+    db = tmp_path / "s.duckdb"
+    assert _ingest(db, _trace(tmp_path)) == 0
+    before = _store_rows(db)
+    capsys.readouterr()
+    assert main(["--db", str(db), "series", "rederive", "--cluster", "c", "--freq", "1d",
+                 *extra]) == 1
+    captured = capsys.readouterr()
+    assert "re-derived" not in captured.out
+    assert ("error: cluster 'c': its jobs are observed from 2026-01-05 00:00 to 2026-01-05 "
+            "03:00 UTC (3.0 hours), which holds no whole bucket of 1d") in captured.err
+    assert ("its jobs would derive no series (the cluster has 10 now); nothing was changed. "
+            "Fix: pass a shorter --freq (3h fits)") in captured.err
+    assert _store_rows(db) == before
+    assert main(["--db", str(db), "series", "list"]) == 0
+    assert "c/all/gpus_in_use" in capsys.readouterr().out
+
+
+def test_a_freq_that_drops_a_scope_is_refused(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # VC b's one job ends at 00:30; at 1h the window's first whole bucket starts at 01:00, so
+    # the five series of c/b would vanish while those of c/a stay.
+    db = tmp_path / "s.duckdb"
+    path = tmp_path / "jobs.csv"
+    path.write_text("job_id,cluster,scope,num_gpus,submit_ts,start_ts,end_ts\n"
+                    "j1,c,a,2,2026-01-05T00:05:00,2026-01-05T00:10:00,2026-01-05T03:00:00\n"
+                    "j2,c,b,1,2026-01-05T00:05:00,2026-01-05T00:05:00,2026-01-05T00:30:00\n",
+                    encoding="utf-8")
+    assert _ingest(db, path) == 0
+    before = _store_rows(db)
+    capsys.readouterr()
+    assert main(["--db", str(db), "series", "rederive", "--cluster", "c", "--freq", "1h"]) == 1
+    err = capsys.readouterr().err
+    assert ("error: cluster 'c': deriving it at 1h would drop 5 of its 15 series "
+            "(c/b/gpu_demand, c/b/gpus_in_use, c/b/gpus_pending, ...)") in err
+    assert "2026-01-05 00:05 to 2026-01-05 03:00 UTC" in err
+    assert "Fix: pass a shorter --freq (its series are at 10min)" in err
+    assert _store_rows(db) == before
+    assert main(["--db", str(db), "series", "rederive", "--cluster", "c", "--freq", "5min"]) == 0
+
+
+def test_an_ingest_whose_freq_leaves_no_whole_bucket_is_refused(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = tmp_path / "s.duckdb"
+    path = _trace(tmp_path)
+    capsys.readouterr()
+    assert _ingest(db, path, "jobs-csv", "--freq", "1d") == 1  # a new store: nothing stored
+    assert "its jobs would derive no series; nothing was changed" in capsys.readouterr().err
+    with Store.open(db) as store:
+        assert store.fetch_all("SELECT count(*) FROM jobs") == [(0,)]
+        assert store.fetch_all("SELECT count(*) FROM ingests") == [(0,)]
+    assert _ingest(db, path) == 0  # a cluster with series: a new file at 1d changes nothing
+    before = _store_rows(db)
+    more = tmp_path / "more.csv"
+    more.write_text(JOBS.splitlines()[0] + "\n"
+                    "j3,c,vc,1,2026-01-05T03:00:00,2026-01-05T03:00:00,2026-01-05T05:00:00\n",
+                    encoding="utf-8")
+    capsys.readouterr()
+    assert _ingest(db, more, "jobs-csv", "--freq", "1d") == 1
+    assert ("(the cluster has 10 now); nothing was changed. Fix: pass a shorter --freq (3h "
+            "fits)") in capsys.readouterr().err
+    assert _store_rows(db) == before

@@ -531,3 +531,79 @@ def test_the_planning_backtest_of_a_cluster_counts_each_gpu_once(
     assert "planned lab's gpus_in_use: the totals add up the 1 VC(s) (vc-a)" in printed
     assert "all count the same GPUs again" in printed
     assert "planned lab's jobs_submitted" in printed and "metric" in printed
+
+
+# -- series that end at different times ------------------------------------------------------
+def _scope_html(html: str, cluster: str, scope: str) -> str:
+    found = re.search(rf"<section class='scope' id='scope-{cluster}-{scope}'>(.*?)</section>",
+                      html, re.S)
+    assert found is not None, scope
+    return found.group(1)
+
+
+def test_a_series_that_stopped_early_neither_cuts_the_others_nor_adds_into_the_total(
+        tmp_path: Path) -> None:
+    # prom: team-a and team-b sampled to 2026-01-14 23:50, team-old stopped at 2026-01-11
+    # 22:30. The report cut every chart to 2026-01-11 22:30 ("6.9 days ... all the store
+    # holds", a 3-day hole before now) and added team-old's past plan into the total.
+    # short: vc2 has 3 points at the end; every scope showed "0.0 days of history".
+    n = 144 * 10
+    day = np.sin(2 * np.pi * np.arange(n) / 144)
+    series = {"prom/team-a/gpus_in_use": 30 + 8 * day, "prom/team-b/gpus_in_use": 15 + 4 * day,
+              "prom/team-old/gpus_in_use": 12 + 2 * day[:1000],
+              "short/vc1/gpus_in_use": 10 + 2 * day}
+    db = write_series_store(tmp_path, series, "cluster,scope,gpus\nprom,team-a,60\n"
+                            "prom,team-b,40\nprom,team-old,30\nshort,vc1,20\nshort,vc2,20\n",
+                            start=START)
+    late = tmp_path / "late.csv"
+    late.write_text("series_id,ts,value\n" + "".join(
+        f"short/vc2/gpus_in_use,2026-01-14T23:{m}:00,3\n" for m in (30, 40, 50)))
+    assert main(["--db", str(db), "ingest", str(late), "--format", "long-csv", "-q"]) == 0
+    output = tmp_path / "report.html"
+    assert main(["--db", str(db), "report", "--output", str(output), "--model", "naive",
+                 "--models-dir", str(tmp_path / "models"), "--no-record"]) == 0
+    html = output.read_text(encoding="utf-8")
+
+    for scope in ("team-a", "team-b"):
+        mine = _scope_html(html, "prom", scope)
+        assert ('history-line" data-start="2026-01-08T00:00:00+00:00" '
+                'data-end="2026-01-14T23:50:00+00:00"') in mine
+        assert "7.0 days of history before now (UTC)</p>" in mine
+        assert 'now-marker" data-ts="2026-01-15T00:00:00+00:00"' in mine
+        assert "series-end" not in mine and "data-kind='stale'" not in mine
+    old = _scope_html(html, "prom", "team-old")
+    assert 'data-end="2026-01-11T22:30:00+00:00"' in old
+    assert 'series-end" data-ts="2026-01-11T22:40:00+00:00"' in old  # where it stopped
+    assert 'now-marker" data-ts="2026-01-15T00:00:00+00:00"' in old  # the cluster's now
+    assert ("the series stops before 2026-01-11 22:40 UTC, 3.06 d before the cluster&#x27;s "
+            "now (2026-01-15 00:00 UTC)") in old
+    assert "<p class='warning' data-kind='stale'>No current data" in old
+
+    # flagged above the table, marked in it, and left out of the total, which says so
+    assert ("<p class='warning' data-kind='stale' data-scope='team-old'>team-old has no "
+            "current data: its series prom/team-old/gpus_in_use stops before 2026-01-11 "
+            "22:40") in html
+    assert "data-stale='true' data-cluster='prom' data-scope='team-old'" in html
+    table = re.search(r"<table class='capacity' data-cluster='prom'>(.*?)</table>", html, re.S)
+    assert table is not None
+    rows = {s: table_cells(r) for s, r in re.findall(
+        r"<tr class='[^']*'[^>]* data-scope='([^']+)'>(.*?)</tr>", table.group(1))}
+    total = re.search(r"<tr class='total' data-total='vcs' data-scopes='team-a team-b'>(.*?)"
+                      r"</tr>", table.group(1))
+    assert total is not None
+    cells = table_cells(total.group(1))
+    assert float(cells["capacity"]) == 100.0  # not 130: team-old's 30 GPUs are not added
+    assert float(cells["in_use_needed"]) == pytest.approx(
+        float(rows["team-a"]["in_use_needed"]) + float(rows["team-b"]["in_use_needed"]))
+    caption = re.search(r"<caption>(.*?)</caption>", table.group(1))
+    assert caption is not None
+    caption_text = unescape(caption.group(1))
+    assert caption_text.startswith("The total row adds up the 2 VC(s) (team-a, team-b)")
+    assert "team-old is left out: it has no current data" in caption_text
+    assert "Window 2026-01-15 00:00 to 2026-01-16 00:00 (UTC)" in html
+
+    # a short series that is current cuts no other history
+    assert "7.0 days of history before now (UTC)</p>" in _scope_html(html, "short", "vc1")
+    assert "0.0 days of history before now" in _scope_html(html, "short", "vc2")
+    short = re.search(r"<table class='capacity' data-cluster='short'>.*?</table>", html, re.S)
+    assert short is not None and "data-stale" not in short.group(0)

@@ -45,11 +45,13 @@ from prism.reports.charts import (
 from prism.reports.tables import (
     anchor,
     capacity_table_html,
+    cluster_now,
     human,
     missing,
     partition,
     pct,
     planning_table_html,
+    stale_scopes,
     table_html,
     track_record_table_html,
 )
@@ -159,6 +161,7 @@ tr.lend td,tr.release td,tr.lend\\+release td{background:#eaf6ec}
 svg.chart{display:block;max-width:900px;border:1px solid #e3e8ef;margin:6px 0}
 caption{caption-side:top;text-align:left;color:#5b6778;padding:2px 0 4px}
 tfoot tr.total td{font-weight:600;border-top:2px solid #2f6db5;background:#f6f8fb}
+tr.stale td{color:#8a94a3;font-style:italic}
 nav a{margin-right:12px}
 @media print{h2{page-break-before:always}section.scope{page-break-inside:avoid}}
 """
@@ -201,8 +204,9 @@ def _cluster_html(section: ClusterSection, data: ReportData) -> str:
     plan = section.plan
     rows = plan.rows
     capacity = {r.scope: r.capacity for r in rows}
-    start = rows[0].start if rows else None
-    end = rows[0].end if rows else None
+    start = cluster_now(rows)  # the window of the scopes with current data
+    end = next((r.end for r in rows if r.start == start), None)
+    stale = stale_scopes(rows)
     out = [f"<section class='cluster' id='cluster-{anchor(section.cluster)}'>",
            f"<h2>Cluster {escape(section.cluster)}</h2>"]
     if start is not None and end is not None:
@@ -210,6 +214,11 @@ def _cluster_html(section: ClusterSection, data: ReportData) -> str:
                    f"(UTC); energy at {plan.watts.idle:g} W idle and {plan.watts.busy:g} W busy "
                    "per GPU.</p>")
     out.append("<h3>Capacity and recommendations</h3>")
+    for name, why in stale.items():
+        out.append(f"<p class='warning' data-kind='stale' data-scope='{escape(name)}'>"
+                   f"{escape(name)} has no current data: {escape(why)}. Its row plans a "
+                   "past window and is left out of the totals; ingest its recent data if it "
+                   "still runs (a scrape or export that stopped?).</p>")
     out.append(capacity_table_html(rows, cluster=section.cluster))
     if plan.moves:
         out.append("<h4>Moves between VCs (before anything is added)</h4><ul class='moves'>"
@@ -219,7 +228,8 @@ def _cluster_html(section: ClusterSection, data: ReportData) -> str:
     if rows:
         out.append("<h4>Why</h4><ul class='advice'>" + "".join(
             f"<li data-scope='{escape(r.scope)}'><b>{escape(r.scope)}</b>: "
-            f"{escape(r.recommendation)}. {escape(r.reason)}.</li>" for r in rows) + "</ul>")
+            + ("(no current data: a past window) " if r.scope in stale else "")
+            + f"{escape(r.recommendation)}. {escape(r.reason)}.</li>" for r in rows) + "</ul>")
     if section.pool is not None:
         out.append(_pool_html(section.pool))
     elif section.pool_note:
@@ -385,9 +395,16 @@ def _scope_html(scope: ScopeSection, section: ClusterSection, data: ReportData) 
     row = next((r for r in plan.rows if r.scope == scope.scope), None)
     forecast = plan.forecast[plan.forecast["series_id"] == scope.series_id]
     key = f"{anchor(section.cluster)}-{anchor(scope.scope)}"
+    now = cluster_now(plan.rows)
+    origin = pd.Timestamp(row.start) if row is not None else None
     out = [f"<section class='scope' id='scope-{key}'>",
            f"<h3>{escape(section.cluster)} / {escape(scope.scope)}</h3>",
-           f"<p class='meta'>{escape(scope.series_id)}; {_span_words(scope.history)}</p>"]
+           f"<p class='meta'>{escape(scope.series_id)}; "
+           f"{escape(_span_words(scope.history, origin, now))}</p>"]
+    why = stale_scopes(plan.rows).get(scope.scope)
+    if why:
+        out.append(f"<p class='warning' data-kind='stale'>No current data: {escape(why)}; "
+                   "it is left out of the totals.</p>")
     if row is not None:
         sizing = Sizing(quantile=row.quantile, gpus_needed=row.gpus_needed,
                         in_use_needed=row.in_use_needed, queue_allowance=row.queue_allowance,
@@ -396,14 +413,16 @@ def _scope_html(scope: ScopeSection, section: ClusterSection, data: ReportData) 
         what = "GPUs in use" if scope.series_id.endswith("/gpus_in_use") else "GPU demand"
         out.append(f"<h4>{what} against capacity</h4>")
         out.append(usage_chart_svg(scope.history, forecast, sizing, chart_id=f"usage-{key}",
-                                   title=scope.series_id, what=what))
+                                   title=scope.series_id, what=what,
+                                   now=pd.Timestamp(now) if now is not None else None))
         if scope.queue_history is not None:
             out.append("<h4>Queue</h4>")
             out.append(queue_chart_svg(
                 scope.queue_history, scope.queue_forecast if scope.queue_forecast is not None
                 else pd.DataFrame(columns=["ts", "mean"]), allowance=row.queue_allowance,
                 now=sizing.start, end=sizing.end, chart_id=f"queue-{key}",
-                title=f"{section.cluster}/{scope.scope}", source=scope.queue_source))
+                title=f"{section.cluster}/{scope.scope}", source=scope.queue_source,
+                cluster_now=pd.Timestamp(now) if now is not None else None))
         else:
             out.append("<p class='meta'>No queue series (gpus_pending, or gpu_demand beside "
                        "gpus_in_use) for this scope: no queue allowance.</p>")
@@ -417,13 +436,24 @@ def _scope_html(scope: ScopeSection, section: ClusterSection, data: ReportData) 
     return "\n".join(out)
 
 
-def _span_words(history: pd.DataFrame) -> str:
-    """How much history the charts show, in days (saying when it is under 7)."""
+def _span_words(history: pd.DataFrame, origin: pd.Timestamp | None = None,
+                now: datetime | None = None) -> str:
+    """How much history the charts show, in days (saying when it is under 7), and where the
+    series stops when that is before the cluster's ``now`` (its forecast ``origin``)."""
+    behind = (pd.Timestamp(now) - origin if origin is not None and now is not None
+              else pd.Timedelta(0))
     if history.empty:
-        return "no stored history before the forecast"
-    days = (history["ts"].max() - history["ts"].min()).total_seconds() / 86_400
-    text = f"{days:.1f} days of history before now (UTC)"
-    return text + ("" if days >= 6.99 else ": all the store holds")
+        text = "no stored history before the forecast"
+    else:
+        days = (history["ts"].max() - history["ts"].min()).total_seconds() / 86_400
+        text = f"{days:.1f} days of history before " + (
+            "now (UTC)" if behind <= pd.Timedelta(0) else "its forecast")
+        text += "" if days >= 6.99 else ": all the store holds"
+    if behind > pd.Timedelta(0) and origin is not None and now is not None:
+        text += (f"; the series stops before {origin:%Y-%m-%d %H:%M} UTC, "
+                 f"{human(behind.total_seconds())} before the cluster's now "
+                 f"({pd.Timestamp(now):%Y-%m-%d %H:%M} UTC)")
+    return text
 
 
 def _decomposition_html(d: SeriesDecomposition, *, since: pd.Timestamp | None,

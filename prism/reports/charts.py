@@ -33,7 +33,8 @@ from prism.reports.tables import pct  # noqa: E402
 
 #: The classes of the marks a chart draws (on its ``<g>`` element).
 MARKS = {"sized": "sized-level", "now": "now-marker", "capacity": "capacity-line",
-         "advised": "advised-level", "allowance": "queue-allowance", "history": "history-line"}
+         "advised": "advised-level", "allowance": "queue-allowance", "history": "history-line",
+         "end": "series-end"}
 #: What the time axes say.
 TIME_LABEL = "time (UTC)"
 _INK, _BLUE, _ORANGE, _RED, _GREEN = "#1c2430", "#2f6db5", "#b5642f", "#c0392b", "#1e8449"
@@ -63,7 +64,8 @@ class Sizing:
 
 
 def usage_chart_svg(history: pd.DataFrame, forecast: pd.DataFrame, sizing: Sizing, *,
-                    chart_id: str, title: str, what: str = "GPUs in use") -> str:
+                    chart_id: str, title: str, what: str = "GPUs in use",
+                    now: pd.Timestamp | None = None) -> str:
     """GPUs in use against capacity: the history, the forecast fan (p50 line, p50-p90 and
     p90-p99 bands, the planning quantile), the capacity, the sized level over the window, the
     capacity after the advice (where it changes it) and the "now" marker at the forecast
@@ -76,6 +78,8 @@ def usage_chart_svg(history: pd.DataFrame, forecast: pd.DataFrame, sizing: Sizin
         chart_id: a page-unique id (prefixes every id of the chart).
         title: the chart's title.
         what: what the series counts (the value axis reads ``{what} (GPUs)``).
+        now: the cluster's now, when the series stopped before it: the "now" marker goes
+            there and a "data ends" marker (``g.series-end``) at the series' forecast origin.
 
     Returns:
         The ``<svg>`` element.
@@ -119,7 +123,7 @@ def usage_chart_svg(history: pd.DataFrame, forecast: pd.DataFrame, sizing: Sizin
         marks["advised"] = {"data-gpus": repr(float(advised))}
     marks["sized"] = {"data-gpus": repr(float(sizing.gpus_needed)),
                       "data-start": _iso(sizing.start), "data-end": _iso(sizing.end)}
-    _now(ax, sizing.start, marks)
+    _now(ax, sizing.start, marks, now)
     ax.set_ylim(0, ax.get_ylim()[1] * 1.2)  # room for the legend above the lines
     _axes(ax, title=title, ylabel=f"{what} (GPUs)")
     ax.legend(fontsize=7, loc="upper left", ncol=4, frameon=False)
@@ -129,7 +133,7 @@ def usage_chart_svg(history: pd.DataFrame, forecast: pd.DataFrame, sizing: Sizin
 
 def queue_chart_svg(history: pd.DataFrame, forecast: pd.DataFrame, *, allowance: float,
                     now: pd.Timestamp, end: pd.Timestamp, chart_id: str, title: str,
-                    source: str) -> str:
+                    source: str, cluster_now: pd.Timestamp | None = None) -> str:
     """Queued GPUs in their own chart: the history, the mean forecast, the queue allowance the
     plan adds over the window and the "now" marker.
 
@@ -140,6 +144,7 @@ def queue_chart_svg(history: pd.DataFrame, forecast: pd.DataFrame, *, allowance:
         now / end: the forecast origin and the end of the window.
         chart_id / title: as :func:`usage_chart_svg`.
         source: how the queue is measured (``gpus_pending``, or demand minus in use).
+        cluster_now: as ``now`` of :func:`usage_chart_svg`.
 
     Returns:
         The ``<svg>`` element.
@@ -152,7 +157,7 @@ def queue_chart_svg(history: pd.DataFrame, forecast: pd.DataFrame, *, allowance:
     ax.hlines(allowance, _x(now), _x(end), color=_GREEN, lw=1.6, gid="allowance",
               label=f"queue allowance {allowance:,.1f} GPUs")
     marks = {"allowance": {"data-gpus": repr(float(allowance))}}
-    _now(ax, now, marks)
+    _now(ax, now, marks, cluster_now)
     ax.set_ylim(0, max(ax.get_ylim()[1], 1.0) * 1.25)
     _axes(ax, title=title, ylabel="queued (GPUs)")
     ax.legend(fontsize=7, loc="upper left", ncol=3, frameon=False)
@@ -190,8 +195,19 @@ def components_chart_svg(d: SeriesDecomposition, *, since: pd.Timestamp | None,
                 label=f"primitive breakdown of {d.series_id} in GPUs")
 
 
-def _now(ax: Any, now: pd.Timestamp, marks: dict[str, dict[str, str]]) -> None:
-    """The "now" marker: a vertical line at the forecast origin, labelled with its time."""
+def _now(ax: Any, origin: pd.Timestamp, marks: dict[str, dict[str, str]],
+         now: pd.Timestamp | None = None) -> None:
+    """The "now" marker: a vertical line at the forecast origin, labelled with its time; for
+    a series that stopped before the cluster's ``now``, a "data ends" line at its origin
+    and the "now" marker at ``now``."""
+    if now is not None and pd.Timestamp(now) > pd.Timestamp(origin):
+        ax.axvline(origin, color=_RED, lw=1, ls="-.", gid="end")
+        ax.text(origin, 0.86, f"data ends {origin:%Y-%m-%d %H:%M} UTC ",
+                transform=ax.get_xaxis_transform(), fontsize=7, va="top", ha="right",
+                color=_RED, gid="end-label")
+        marks["end"] = {"data-ts": _iso(origin)}
+    else:
+        now = origin
     ax.axvline(now, color="#5b6778", lw=1, ls="--", gid="now")
     # left of the line, inside the axes: a label past the right edge would shrink the plot
     ax.text(now, 0.98, f"now {now:%Y-%m-%d %H:%M} UTC ", transform=ax.get_xaxis_transform(),

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import datetime
 from html import escape
 from typing import Any
 
@@ -81,6 +82,8 @@ class Partition:
     kind: str
     scopes: tuple[str, ...]
     shared: bool = False
+    #: scopes of the partition left out of the totals, with why (no current data)
+    stale: tuple[tuple[str, str], ...] = ()
 
     def describe(self) -> str:
         """The partition in words: ``the 2 VCs (vc1, vc2)``."""
@@ -93,8 +96,8 @@ class Partition:
         return f"the {len(self.scopes)} VC(s) ({names})"
 
     def left_out(self, scopes: Iterable[str]) -> list[str]:
-        """The other scopes (they count the same GPUs again)."""
-        return sorted(set(scopes) - set(self.scopes))
+        """The other scopes (they count the same GPUs again; not the stale ones)."""
+        return sorted(set(scopes) - set(self.scopes) - {s for s, _ in self.stale})
 
 
 def partition(scopes: Iterable[str], capacity: Mapping[str, float | None] | None = None
@@ -113,15 +116,42 @@ def partition(scopes: Iterable[str], capacity: Mapping[str, float | None] | None
     return Partition("gpu_types", tuple(every))
 
 
+def cluster_now(rows: Sequence[CapacityRow]) -> datetime | None:
+    """The cluster's "now": the latest forecast origin of its scopes (a scope whose series
+    stopped earlier has its own, earlier origin); ``None`` without rows."""
+    return max((r.start for r in rows), default=None)
+
+
+def stale_scopes(rows: Sequence[CapacityRow]) -> dict[str, str]:
+    """The scopes with no current data, and why: their series stopped so long before the
+    cluster's others that their plan's window has passed by the cluster's now
+    (:func:`cluster_now`). Their plan sizes a window of the past, so no total adds it."""
+    now = cluster_now(rows)
+    if now is None:
+        return {}
+    return {r.scope: (f"its series {r.series_id} stops before {r.start:%Y-%m-%d %H:%M}, "
+                      f"{human((now - r.start).total_seconds())} before the cluster's now "
+                      f"({now:%Y-%m-%d %H:%M} UTC), so its plan's window (to "
+                      f"{r.end:%Y-%m-%d %H:%M}) has passed")
+            for r in rows if r.end <= now}
+
+
 def capacity_totals(rows: Sequence[CapacityRow]) -> tuple[Partition, dict[str, float | None]]:
     """The totals of :data:`TOTAL_FIELDS` over the partition of the rows' scopes (``None``
-    where a row of it does not know the field, e.g. an unknown capacity)."""
+    where a row of it does not know the field, e.g. an unknown capacity), leaving out the
+    scopes with no current data (:func:`stale_scopes`; the partition names them in
+    ``stale`` and no longer in ``scopes``)."""
     part = partition((r.scope for r in rows), {r.scope: r.capacity for r in rows})
+    old = stale_scopes(rows)
+    if any(s in old for s in part.scopes):
+        part = replace(part, scopes=tuple(s for s in part.scopes if s not in old),
+                       stale=tuple((s, old[s]) for s in part.scopes if s in old))
     mine = [r for r in rows if r.scope in part.scopes]
     totals: dict[str, float | None] = {}
     for name in TOTAL_FIELDS:
         values = [getattr(r, name) for r in mine]
-        totals[name] = None if any(v is None for v in values) else float(sum(values))
+        totals[name] = (None if not values or any(v is None for v in values)
+                        else float(sum(values)))
     return part, totals
 
 
@@ -131,6 +161,7 @@ def capacity_table_html(rows: Sequence[CapacityRow], *, cluster: str) -> str:
     head = "".join(f"<th class='{'text' if d is None else 'num'}'>{escape(h)}</th>"
                    for _, h, d in CAPACITY_COLUMNS)
     body = []
+    old = stale_scopes(rows)
     for r in rows:
         cells = []
         for name, _, decimals in CAPACITY_COLUMNS:
@@ -139,7 +170,9 @@ def capacity_table_html(rows: Sequence[CapacityRow], *, cluster: str) -> str:
                 cells.append(f"<td class='text' data-field='{name}'>{escape(str(value))}</td>")
             else:
                 cells.append(_number_cell(name, value, decimals))
-        body.append(f"<tr class='{escape(r.action)}' data-cluster='{escape(cluster)}' "
+        css, stale = ((f"{r.action} stale", " data-stale='true'") if r.scope in old
+                      else (r.action, ""))
+        body.append(f"<tr class='{escape(css)}'{stale} data-cluster='{escape(cluster)}' "
                     f"data-scope='{escape(r.scope)}'>{''.join(cells)}</tr>")
     foot = caption = ""
     if rows:
@@ -190,6 +223,8 @@ def _total_words(part: Partition, scopes: Sequence[str]) -> str:
     others = part.left_out(scopes)
     if others:
         text += (f"; {', '.join(others)} count the same GPUs again and are not added")
+    for scope, why in part.stale:
+        text += f"; {scope} is left out: it has no current data ({why})"
     return text + "."
 
 

@@ -227,18 +227,24 @@ def _report_data(
 
 def _scope_sections(store: Store, plan: CapacityPlan,
                     forecasts: pd.DataFrame) -> list[ScopeSection]:
-    """History (at least 7 days, or all there is), queue and decomposition of each scope."""
+    """History (at least 7 days, or all there is), queue and decomposition of each scope.
+
+    Each scope's history runs to its own series' end (its forecast origin): a series that
+    stopped before the cluster's others shows where it stopped, and the others are not cut
+    to it.
+    """
     from prism.errors import DataContractError
     from prism.primitives.decompose import decompose
     from prism.reports.capacity import ScopeSection
 
-    start = pd.Timestamp(plan.forecast["ts"].min())
+    origins = plan.forecast.groupby(SERIES_ID)["ts"].min()
     steps = int(plan.forecast.groupby(SERIES_ID).size().max())
     span = max(pd.Timedelta(seconds=3 * steps * plan.freq_s), _HISTORY)
     ids = [r.series_id for r in plan.rows]
     queue = planned_series(store, plan.cluster).queue
     queue_ids = sorted({s for pair in queue.values() for s in pair if s} - set(ids))
-    history = store.load_panel(ids + queue_ids, start=start - span, end=start)
+    history = store.load_panel(ids + queue_ids, start=pd.Timestamp(origins.min()) - span,
+                               end=pd.Timestamp(origins.max()))
     decompositions: dict[str, Any] = {}
     notes: dict[str, str] = {}
     by_metric: dict[str, list[str]] = {}
@@ -254,8 +260,10 @@ def _scope_sections(store: Store, plan: CapacityPlan,
                 notes[sid] = f"no primitive breakdown: {exc}"
     out = []
     for row in plan.rows:
-        mine = history[history[SERIES_ID] == row.series_id][["ts", "value"]]
-        queued, queued_fc, how = _queue_of(queue.get(row.scope), history, forecasts)
+        origin = pd.Timestamp(origins.get(row.series_id, row.start))
+        before = history[(history["ts"] >= origin - span) & (history["ts"] < origin)]
+        mine = before[before[SERIES_ID] == row.series_id][["ts", "value"]]
+        queued, queued_fc, how = _queue_of(queue.get(row.scope), before, forecasts)
         out.append(ScopeSection(scope=row.scope, series_id=row.series_id,
                                 history=mine.reset_index(drop=True),
                                 decomposition=decompositions.get(row.series_id),

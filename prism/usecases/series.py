@@ -182,7 +182,9 @@ def rederive_cluster(
 
     Raises:
         ConfigError: for an unknown cluster (with the closest names), a bad frequency (or one
-            finer than 1min) or fill policy.
+            finer than 1min) or fill policy, or a ``freq`` that would leave the cluster's jobs
+            no whole bucket or drop series it has (naming the window and a ``freq`` that
+            fits; :func:`prism.derive.derive_clusters`); the store is left as it was.
         IngestError: when a time of the cluster's data spans more buckets of ``freq`` than
             PRISM derives, naming its file and job or series.
     """
