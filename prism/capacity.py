@@ -252,7 +252,8 @@ class Recommendation:
     Attributes:
         action: the cluster (``all``): ``add``, ``release``, ``keep`` or ``unknown``; a VC:
             ``borrow``, ``lend``, ``add`` / ``release`` (its part of the cluster's),
-            ``borrow+add``, ``lend+release``, ``keep`` or ``unknown``.
+            ``borrow+add``, ``lend+release``, ``keep`` or ``unknown``; ``stale``: a scope
+            whose series stopped before its plan's window (no advice).
         add_gpus / release_gpus: GPUs added or released (a VC: its part of the cluster's).
         lend_gpus / borrow_gpus: GPUs a VC lends or borrows for the window.
         net_gpus: the change of the scope's GPUs; the VCs' add up to the cluster's.
@@ -737,10 +738,21 @@ def plan_capacity(
             "mean": group["mean"].to_numpy() + allowance, "reserved": group["reserved"].to_numpy(),
             "capacity": np.nan if cap is None else cap, "p_exceed": p_exceed}))
     hours = len(steps[0]) * step_h
-    advice, moves = advise({r["scope"]: r["gpus_needed"] for r in sized},
-                           {r["scope"]: r["capacity"] for r in sized}, hours=hours,
+    # a scope whose series stopped so long ago that its window has passed by the cluster's
+    # now plans the past: it lends, borrows and adds nothing (a stale feed, a VC gone)
+    now = max(r["start"] for r in sized)
+    stale = {rec["scope"]: rec for rec in sized if rec["end"] <= now}
+    current = [rec for rec in sized if rec["scope"] not in stale]
+    advice, moves = advise({rec["scope"]: rec["gpus_needed"] for rec in current},
+                           {rec["scope"]: rec["capacity"] for rec in current}, hours=hours,
                            recent_peak=recent_peak)
-    vcs = [r for r in sized if r["capacity"] is not None and r["scope"] != ALL_SCOPE
+    for scope, rec in stale.items():
+        advice[scope] = Recommendation(
+            "stale", 0, 0, 0, f"no current data: {rec['series_id']} stops before "
+            f"{rec['start']:%Y-%m-%d %H:%M}, so this plan's window (to {rec['end']:%Y-%m-%d %H:%M})"
+            f" has passed by the cluster's now ({now:%Y-%m-%d %H:%M}); it takes part in no "
+            "move or add: check that its data still arrives")
+    vcs = [r for r in current if r["capacity"] is not None and r["scope"] != ALL_SCOPE
            and not r["scope"].startswith(GPU_TYPE_PREFIX)]
     shared = shared_vcs({r["scope"]: r["capacity"] for r in sized})
     apart = _types_apart(advice, [r["scope"] for r in sized if r["capacity"] is not None],

@@ -461,8 +461,9 @@ class CapacityRowOut(BaseModel):
     idle_energy_kwh: float | None
     busy_energy_kwh: float | None
     action: Literal["add", "release", "keep", "unknown", "borrow", "lend", "borrow+add",
-                    "lend+release"] = Field(description="add and release are the cluster's "
-                                            "net; a VC's are its part of it")
+                    "lend+release", "stale"] = Field(
+        description="add and release are the cluster's net; a VC's are its part of it; "
+                    "stale: the scope's series stopped before its plan's window (no advice)")
     add_gpus: int
     lend_gpus: int
     release_gpus: int

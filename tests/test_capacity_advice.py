@@ -292,3 +292,28 @@ def test_gpu_type_rows_say_they_do_not_add_up_to_the_clusters_advice(
     assert main(argv) == 0
     assert f"gpu:H100: {rows['gpu:H100']['reason']}" in " ".join(
         capsys.readouterr().out.split())
+
+
+def test_a_vc_whose_series_stopped_takes_part_in_no_move(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # team-old stopped 3 days before the others: its plan covers a window of the past, where
+    # it lent its idle GPUs to team-a, which needs more than it has
+    n = 144 * 10
+    day = np.sin(2 * np.pi * np.arange(n) / 144)
+    db = write_series_store(tmp_path, {
+        "prom/team-a/gpus_in_use": 70 + 8 * day, "prom/team-b/gpus_in_use": 15 + 4 * day,
+        "prom/team-old/gpus_in_use": 2 + day[:1000] ** 2},
+        "cluster,scope,gpus\nprom,all,130\nprom,team-a,60\nprom,team-b,40\nprom,team-old,30\n",
+        start=START)
+    capsys.readouterr()
+    assert main(["--db", str(db), "capacity", "--cluster", "prom", "--model", "naive",
+                 "--models-dir", str(tmp_path / "models"), "--no-record", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    rows = {r["scope"]: r for r in plan["rows"]}
+    old = rows["team-old"]
+    assert old["action"] == "stale" and old["net_gpus"] == 0
+    assert "no current data" in old["recommendation"]
+    assert all("team-old" not in (m["from_scope"], m["to_scope"]) for m in plan["moves"])
+    assert rows["team-a"]["net_gpus"] > 0  # it still gets what it needs, from team-b or bought
+    assert rows["team-a"]["net_gpus"] == rows["team-a"]["borrow_gpus"] + rows["team-a"][
+        "add_gpus"]
