@@ -288,6 +288,14 @@ def test_report_warns_when_coverage_is_below_nominal() -> None:
     assert "central 80 % interval" not in html  # 83 % covered: at least nominal
     fine = accuracy.assign(coverage_90=[0.91, 0.6])
     assert "overconfident" not in _report(None, fine)
+    # 89.6 % over 140 windows: its interval over windows holds 90 %, so no warning ...
+    noise = accuracy.assign(coverage_90=[0.896, 0.6], coverage_lo=[0.86, 0.5],
+                            coverage_hi=[0.93, 0.7])
+    assert "overconfident" not in _report(None, noise)
+    # ... whereas a band whose whole interval is below nominal is overconfident, surely
+    below = noise.assign(coverage_90=[0.84, 0.6], coverage_hi=[0.87, 0.7])
+    assert ("held only 84.0 % of the actual values (the 95 % interval over windows ends at "
+            "87.0 %) (nominal 90 %)") in _report(None, below)
 
 
 def test_report_progress_names_each_stage_once(lab: Path) -> None:
