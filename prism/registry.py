@@ -175,7 +175,9 @@ def save_model(model: BaseForecaster, root: str | Path) -> ModelRecord:
         data_end=max(ends).isoformat(),
         n_points=int(sum(len(v) for v in model.history_.values())),
         version=int(model.version_),
-        created=created.isoformat(timespec="seconds"),
+        # to the microsecond: two models saved within one second (a refit just after a fit)
+        # must still sort newest first
+        created=created.isoformat(timespec="microseconds"),
         metrics=training_metrics(model),
         libraries=_libraries(),
         sha256=_sha256(folder / "model.pkl"),
@@ -228,7 +230,16 @@ def list_models(root: str | Path, *, alias: str | None = None) -> list[ModelReco
             records.append(_read_meta(meta.parent))
         except ConfigError as exc:
             logger.warning("skipping %s: %s", meta.parent, exc)
-    return sorted(records, key=lambda r: (r.created, r.model_id), reverse=True)
+    return sorted(records, key=lambda r: (_when(r.created), r.model_id), reverse=True)
+
+
+def _when(created: str) -> datetime:
+    """A record's ``created`` as a time (saved to the second before, to the microsecond now:
+    compared as text, ``...:14+00:00`` and ``...:14.5+00:00`` sort the wrong way)."""
+    try:
+        return datetime.fromisoformat(created)
+    except ValueError:
+        return datetime.min.replace(tzinfo=UTC)
 
 
 def find_model(root: str | Path, name: str) -> ModelRecord:

@@ -153,9 +153,9 @@ class SpyForecaster(NaiveForecaster):
         self._record("fit", panel)
         return super().fit(panel)
 
-    def update(self, new_points: pd.DataFrame) -> Self:
+    def update(self, new_points: pd.DataFrame, *, fallback: bool = True) -> Self:
         self._record("update", new_points)
-        return super().update(new_points)
+        return super().update(new_points, fallback=fallback)
 
 
 class CheatingForecaster(SpyForecaster):

@@ -151,7 +151,7 @@ def test_a_multipart_body_in_many_chunks_over_real_http(live: LiveServer) -> Non
 def test_options_lists_the_allowed_methods(client: TestClient) -> None:
     for path, allowed in (("/v1/forecast", "GET, OPTIONS, POST"),
                           ("/v1/ingest", "OPTIONS, POST"),
-                          ("/healthz", "GET, OPTIONS")):
+                          ("/healthz", "GET, HEAD, OPTIONS")):
         response = client.options(path)
         assert response.status_code == 204, (path, response.text)
         assert response.headers["allow"] == allowed
