@@ -258,8 +258,9 @@ def test_series_show_json_times_are_utc_with_z(db: str,
 
 
 def _is_utc_z(text: str) -> bool:
-    """``2026-01-07T04:10:00Z``: ISO 8601 in UTC with ``Z``, no offset, no fraction."""
-    return re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", text) is not None
+    """``2026-01-07T04:10:00Z``: ISO 8601 in UTC with ``Z``, no offset (a fraction of a second
+    where the time has one: a model's ``created``)."""
+    return re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{6})?Z", text) is not None
 
 
 def test_decompose_json_times_are_utc_with_z(tmp_path: Path,
