@@ -86,7 +86,7 @@ def test_forecast_errors_name_the_fix(
     assert "naive has no parameter 'season'" in capsys.readouterr().err
     assert main(["--db", db, "forecast", SID, "--model", "prism", "--param",
                  "n_atoms=many"]) == 1
-    assert "expected a int" in capsys.readouterr().err
+    assert "expected a whole number" in capsys.readouterr().err
     assert main(["--db", db, "backtest", "--models", "naive", "--series", SID,
                  "--windows", "40", "--summary"]) == 1
     assert "needs" in capsys.readouterr().err

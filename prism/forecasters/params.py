@@ -219,11 +219,18 @@ def _typed(name: str, text: str, default: object, hint: object) -> object:
         return _PARSE[kind](text)
     except ValueError as exc:
         if kind is tuple:
-            what = f"comma-separated {_item_kind(default, options).__name__} values"
+            what = f"comma-separated {_WORDS[_item_kind(default, options)][1]}"
         else:
-            what = f"a {kind.__name__}"
+            what = _WORDS[kind][0]
         like = f" like {default!r}" if default is not None else " or none"
-        raise ConfigError(f"--param {name}={text!r}: expected {what}{like}") from exc
+        # neutral words: the CLI (--param) and the API (param=, "params") both say this
+        raise ConfigError(f"parameter {name}={text!r}: expected {what}{like}") from exc
+
+
+#: How messages name each type (one, many).
+_WORDS: dict[type, tuple[str, str]] = {
+    bool: ("true or false", "true/false values"), int: ("a whole number", "whole numbers"),
+    float: ("a number", "numbers"), str: ("text", "names")}
 
 
 def _union_args(hint: object) -> tuple[object, ...]:

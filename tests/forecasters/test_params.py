@@ -47,7 +47,7 @@ def test_none_where_the_parameter_may_be_none() -> None:
     assert typed_params("ets", {"season": "None", "fit_window": "none"}) == {
         "season": None, "fit_window": None}
     assert typed_params("gru", {"random_state": "none"}) == {"random_state": None}
-    with pytest.raises(ConfigError, match="expected a int like 100"):
+    with pytest.raises(ConfigError, match="expected a whole number like 100"):
         typed_params("gbm", {"max_iter": "none"})
 
 
@@ -56,13 +56,13 @@ def test_errors_say_what_the_model_takes() -> None:
         typed_params("naive", {"season": "1d"})
     with pytest.raises(ConfigError, match="it takes: lookback, weekly"):
         typed_params("time_of_day_quantile", {"random_state": "1"})
-    with pytest.raises(ConfigError, match="expected a int like 8"):
+    with pytest.raises(ConfigError, match="expected a whole number like 8"):
         typed_params("prism", {"n_atoms": "many"})
-    with pytest.raises(ConfigError, match="expected a bool"):
+    with pytest.raises(ConfigError, match="expected true or false"):
         typed_params("prism", {"use_rnn": "maybe"})
-    with pytest.raises(ConfigError, match="expected a int or none"):
+    with pytest.raises(ConfigError, match="expected a whole number or none"):
         typed_params("arima", {"d": "one"})
-    with pytest.raises(ConfigError, match="expected comma-separated int values"):
+    with pytest.raises(ConfigError, match="expected comma-separated whole numbers"):
         typed_params("arima", {"seasonal_order": "0,x,1"})
 
 

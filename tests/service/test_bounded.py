@@ -243,7 +243,7 @@ def test_a_request_for_too_many_forecast_values_is_refused_before_any_work(
 @pytest.mark.parametrize(("model", "param", "says"), [
     ("gbm", "learning_rate=0", "at least 0.0001"),
     ("gbm", "learning_rate=1e308", "at most 1"),
-    ("gbm", "learning_rate=nan", "expected a float"),
+    ("gbm", "learning_rate=nan", "expected a number"),
     ("gbm", "l2_regularization=-5", "at least 0"),
     ("prism", "random_state=-1", "at least 0"),
     ("theta", "theta=0.5", "at least 1"),
