@@ -21,8 +21,8 @@ Series ids come back as strings (an integer ``unique_id`` of 1 comes back as ``"
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import tzinfo
-from typing import Literal
+from datetime import UTC, datetime, tzinfo
+from typing import Any, Literal
 
 import pandas as pd
 
@@ -38,7 +38,8 @@ from prism.schema import (
     Y,
 )
 
-__all__ = ["PRISM_STYLE", "FrameStyle", "frame_style", "to_frame", "to_panel"]
+__all__ = ["PRISM_STYLE", "FrameStyle", "frame_style", "json_records", "to_frame", "to_panel",
+           "utc_text"]
 
 #: The time columns a PRISM frame may hold (a backtest adds ``cutoff``).
 _TIME_COLUMNS = (TS, "cutoff")
@@ -164,3 +165,27 @@ def to_frame(frame: pd.DataFrame, style: FrameStyle) -> pd.DataFrame:
     names = {old: new for old, new in style.names.items() if old != new}
     return out.rename(columns=names) if names else out
 
+
+# -- JSON: times in UTC with Z, as the API, the CLI and batch exports write them ----------------
+def utc_text(value: Any) -> Any:
+    """A time as ISO 8601 text in UTC with ``Z`` (``2026-01-05T00:10:00Z``), as the API
+    writes times; a naive time is taken as UTC. Anything else is returned as it is (a
+    ``json.dumps`` ``default`` that gives up on other objects wraps this)."""
+    if isinstance(value, datetime):  # pd.Timestamp is a datetime
+        if value.tzinfo is not None:
+            value = value.astimezone(UTC).replace(tzinfo=None)
+        text = value.isoformat(timespec="microseconds" if value.microsecond else "seconds")
+        return text + "Z"
+    return value
+
+
+def json_records(frame: pd.DataFrame, *, indent: int | None = None) -> str:
+    """``frame`` as a JSON array of records, times in UTC with ``Z`` (:func:`utc_text`)."""
+    shown = frame.copy()
+    for col in shown.columns:
+        values = shown[col]
+        if isinstance(values.dtype, pd.DatetimeTZDtype):
+            values = values.dt.tz_convert("UTC").dt.tz_localize(None)
+        if pd.api.types.is_datetime64_any_dtype(values):
+            shown[col] = [None if pd.isna(v) else utc_text(v) for v in values]
+    return shown.to_json(orient="records", indent=indent)

@@ -130,7 +130,7 @@ def export_run(store: Store, run_ids: str | Sequence[str], output: str | Path) -
 
     Rows come in a fixed order (run, series, cutoff, time), so two runs that computed the
     same forecasts write the same bytes. JSON times are UTC with ``Z``, as every JSON the CLI
-    and the API write (:func:`prism.usecases.files.json_records`).
+    and the API write (:func:`prism.frames.json_records`).
 
     Raises:
         ConfigError: for another extension, a missing folder or an unknown run.
@@ -141,7 +141,7 @@ def export_run(store: Store, run_ids: str | Sequence[str], output: str | Path) -
     if not path.parent.exists():
         raise ConfigError(f"folder {str(path.parent)!r} does not exist; create it first")
     # the one writer of JSON times (a leaf module: stdlib and prism.errors only)
-    from prism.usecases.files import json_records
+    from prism.frames import json_records
 
     ids = [run_ids] if isinstance(run_ids, str) else list(run_ids)
     unknown = [r for r in ids if store.batch_runs(r).empty]

@@ -208,7 +208,7 @@ def _utc_summary(summary: dict[str, Any]) -> dict[str, Any]:
     API's ``GET /v1/decomposition`` writes them (``service.schemas.UtcTime``)."""
     from datetime import datetime
 
-    from prism.usecases.files import utc_text
+    from prism.frames import utc_text
 
     def utc(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> list[dict[str, Any]]:
         return [{k: utc_text(datetime.fromisoformat(v)) if k in keys else v

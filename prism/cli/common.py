@@ -126,7 +126,7 @@ def quantile_list(text: str) -> list[float]:
 
 def json_default(value: Any) -> Any:
     """``json.dumps``'s ``default``: times as UTC text with ``Z``, other objects as text."""
-    from prism.usecases.files import utc_text
+    from prism.frames import utc_text
 
     text = utc_text(value)
     return text if text is not value else str(value)
@@ -139,7 +139,7 @@ def print_json(data: Any) -> None:
 
 def print_records(frame: pd.DataFrame) -> None:
     """A frame as a JSON array of records on stdout, times in UTC with ``Z``."""
-    from prism.usecases.files import json_records
+    from prism.frames import json_records
 
     out.print_json(json_records(frame))
 

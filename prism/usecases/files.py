@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import io
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from prism.errors import ConfigError
+from prism.frames import json_records
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -43,32 +43,6 @@ def output_path(output: str | Path, suffixes: Sequence[str], *, verb: str = "wri
     if not path.parent.exists():
         raise ConfigError(f"folder {str(path.parent)!r} does not exist; create it first")
     return path
-
-
-def utc_text(value: Any) -> Any:
-    """A time as ISO 8601 text in UTC with ``Z`` (``2026-01-05T00:10:00Z``), as the API
-    writes times; a naive time is taken as UTC. Anything else is returned as it is (a
-    ``json.dumps`` ``default`` that gives up on other objects wraps this)."""
-    if isinstance(value, datetime):  # pd.Timestamp is a datetime
-        if value.tzinfo is not None:
-            value = value.astimezone(UTC).replace(tzinfo=None)
-        text = value.isoformat(timespec="microseconds" if value.microsecond else "seconds")
-        return text + "Z"
-    return value
-
-
-def json_records(frame: pd.DataFrame, *, indent: int | None = None) -> str:
-    """``frame`` as a JSON array of records, times in UTC with ``Z`` (:func:`utc_text`)."""
-    import pandas as pd
-
-    shown = frame.copy()
-    for col in shown.columns:
-        values = shown[col]
-        if isinstance(values.dtype, pd.DatetimeTZDtype):
-            values = values.dt.tz_convert("UTC").dt.tz_localize(None)
-        if pd.api.types.is_datetime64_any_dtype(values):
-            shown[col] = [None if pd.isna(v) else utc_text(v) for v in values]
-    return shown.to_json(orient="records", indent=indent)
 
 
 def frame_bytes(frame: pd.DataFrame, fmt: str) -> bytes:
