@@ -52,6 +52,12 @@ logger = logging.getLogger(__name__)
 
 #: Prometheus' limit of points per series in one range query.
 MAX_POINTS = 11_000
+#: The most evaluation times per series one pull asks for (a year at 1 min, 11.6 days at 1 s):
+#: `--start now-400d --step 1s` asked for 35 M per series and was killed for memory.
+MAX_PULL_STEPS = 1_000_000
+#: The most samples one pull holds in memory, all series together (about 1.2 KB each while
+#: merged and checked): past it the pull stops before storing anything.
+MAX_PULL_SAMPLES = 3_000_000
 #: The ``--option`` keys the pull reads itself (the others go to the ``prometheus`` adapter).
 PULL_OPTION_KEYS = ("token", "timeout", "max_points")
 #: The format the pulled body is ingested as.
@@ -200,6 +206,13 @@ def range_query(
     if last < first:
         raise ConfigError(f"no multiple of --step {step} lies between --start {start!r} and "
                           f"--end {end!r}; widen the range or shorten the step")
+    steps = (last - first) // step_ms + 1
+    if steps > MAX_PULL_STEPS:
+        raise ConfigError(
+            f"--start {start!r} to --end {end!r} every --step {step} is {steps:,} points per "
+            f"series, over the {MAX_PULL_STEPS:,} one pull takes: pull a shorter range (pulls "
+            "into one store add only new timestamps, so several shorter ones make the whole) "
+            "or a longer --step")
     timeout_s = None
     if timeout is not None:
         timeout_s = parse_duration(timeout).total_seconds()
@@ -321,6 +334,13 @@ def fetch(request: RangeQuery, *, progress: Progress | None = None,
             result, warnings = _get(http, request, chunk, read_s)
             merged.add(result)
             merged.warnings.extend(warnings)
+            if merged.samples > MAX_PULL_SAMPLES:
+                raise _failed(request, chunk, f"the pull holds {merged.samples:,} samples of "
+                              f"{len(merged.results):,} series after this chunk, over the "
+                              f"{MAX_PULL_SAMPLES:,} one pull keeps in memory (nothing was "
+                              "stored)", "pull a shorter range, fewer series (a narrower "
+                              "--query) or a longer --step; pulls into one store add only new "
+                              "timestamps")
             logger.info("%s: %s: %d series", request.shown_endpoint, chunk.describe(),
                         len(result))
             if progress:
@@ -424,6 +444,7 @@ class _Merged:
     last_ms: dict[str, int] = field(default_factory=dict)
     other: list[object] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    samples: int = 0  # kept so far, all series
 
     def add(self, result: list[object]) -> None:
         """Append one chunk's results (the chunks come in time order)."""
@@ -445,6 +466,7 @@ class _Merged:
                         continue  # a point a chunk before held already
                     last = ms
                 out.append(sample)
+                self.samples += 1
             if last is not None:
                 self.last_ms[key] = last
 

@@ -243,6 +243,8 @@ _URL = ["--prometheus-url", "http://p:9090", "--query", QUERY]
     ([*_URL, "--start", "2026-01-05", "--option", "max_points=20000"], "max_points"),
     ([*_URL, "--start", "2026-01-05", "--option", "nope=1"], "--option nope"),
     ([*_URL, "--start", "2026-01-05", "--step", "soon"], "is not a duration"),
+    ([*_URL, "--start", "now-400d", "--step", "1s"],  # 35 M points a series: killed for memory
+     "points per series, over the 1,000,000 one pull takes"),
 ])
 def test_bad_arguments_fail_before_any_request(
     tmp_path: Path, argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
@@ -277,3 +279,18 @@ def test_range_query_reads_unix_seconds_offsets_and_now() -> None:
     assert recent.end_ms - recent.start_ms in (59 * 60_000, 60 * 60_000)
     with pytest.raises(ConfigError, match="no multiple of --step"):
         range_query("http://p:9090", QUERY, start=str(T0 + 1), end=str(T0 + 2), step="1m")
+
+
+def test_a_pull_past_the_samples_one_pull_keeps_stops_and_stores_nothing(
+    tmp_path: Path, prometheus: FakePrometheus, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import prism.ingest.prometheus_pull as pull
+
+    monkeypatch.setattr(pull, "MAX_PULL_SAMPLES", 10_000)  # the fake server's two days at 10 s
+    db = tmp_path / "s.duckdb"
+    assert _pull(db, prometheus.url) == 1
+    err = " ".join(capsys.readouterr().err.split())
+    assert "over the 10,000 one pull keeps in memory (nothing was stored)" in err
+    assert "a longer --step" in err
+    assert _count(db, "samples") == 0 and _count(db, "ingests") == 0
