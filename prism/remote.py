@@ -116,6 +116,22 @@ def announce_server(db: str | Path, url: str) -> Iterator[Path | None]:
             pass
 
 
+def serving_process(db: str | Path) -> ServerInfo | None:
+    """The live ``prism serve`` process whose server file is beside ``db``, if any (whether
+    or not it answers yet: it may be starting); ``PRISM_API_URL`` plays no part."""
+    if str(db) == ":memory:":
+        return None
+    try:
+        record = json.loads(server_file(db).read_text(encoding="utf-8"))
+        info = ServerInfo(url=str(record["url"]).rstrip("/"), pid=int(record["pid"]),
+                          db=str(record.get("db")))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if info.pid is None or info.pid == os.getpid() or not _alive(info.pid):
+        return None
+    return info
+
+
 def find_server(db: str | Path) -> ServerInfo | None:
     """The PRISM API to use for the store ``db``, if any.
 

@@ -560,12 +560,23 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from prism.config import get_settings
-    from prism.remote import announce_server, check_exposure, client_url, served_hosts
+    from prism.remote import (
+        announce_server,
+        check_exposure,
+        client_url,
+        served_hosts,
+        serving_process,
+    )
     from service.app import create_app  # the API sits on top of prism: imported on use
 
     update = {"db": args.db, "models_dir": args.models_dir, "default_model": args.model}
     settings = get_settings().model_copy(
         update={k: v for k, v in update.items() if v is not None})
+    running = serving_process(settings.db)
+    if running is not None:  # a second server would fail on the store's lock, and its exit
+        # removed the first one's server file, cutting the CLI off from it
+        raise ConfigError(f"{settings.db} is already served by process {running.pid} at "
+                          f"{running.url}: stop that server first, or serve another --db")
     settings.allowed_hosts = served_hosts(args.host, settings.allowed_hosts)
     warning = check_exposure(args.host, settings.api_token, args.insecure_no_auth)
     if warning:

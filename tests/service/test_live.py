@@ -187,6 +187,14 @@ def test_prism_serve_runs_the_api(trace: Trace, tmp_path: Path) -> None:
                        params={"series_id": SERIES, "horizon": "1h"}).json()
         assert fc["model"] == "naive" and len(fc["mean"]) == 6
         assert server_file(settings.db).exists()  # the CLI finds the server through it
+        # a second server on the same store is refused, and leaves the first one's file
+        second = subprocess.run(
+            [sys.executable, "-m", "prism.cli", "--db", settings.db, "serve", "--port",
+             str(port + 1)], env=env, capture_output=True, text=True, timeout=60)
+        assert second.returncode == 1, second.stderr
+        assert f"is already served by process {server.pid}" in second.stderr
+        assert "Traceback" not in second.stderr
+        assert server_file(settings.db).exists()
     finally:
         server.send_signal(signal.SIGTERM)  # as systemd and Kubernetes stop a service
         _, err = server.communicate(timeout=30)
