@@ -194,6 +194,17 @@ def test_a_command_that_needs_the_store_says_what_to_do(
                  "--windows", "1", "--horizon", "1h"]) == 1
     err = capsys.readouterr().err
     assert "needs the store itself" in err and "stop the server" in err
+    # a batch refit too: its --workers would be lost on the server's own refit
+    assert main(["--db", db, "refit", "--all", "--model", "naive", "--workers", "2"]) == 1
+    err = capsys.readouterr().err
+    assert "refit (batch)" in err and "needs the store itself" in err
+
+
+def test_the_track_record_goes_through_the_api(
+        served: tuple[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    db, _ = served  # the store is locked by the server: this answer came from its API
+    assert main(["--db", db, "track-record", "--cluster", CLUSTER, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["cluster"] == CLUSTER
 
 
 def test_decompose_goes_through_the_api_but_its_plot_is_refused(

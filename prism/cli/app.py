@@ -609,9 +609,11 @@ def _dispatch(args: argparse.Namespace) -> int:
         return int(args.func(args))
     from prism.cli import remote
 
-    if name == "_cmd_forecast" and _batch_mode(args):
+    if name in ("_cmd_forecast", "_cmd_refit") and _batch_mode(args):
+        # a batch needs the store itself (its options would be lost on the server's refit)
         info = remote.server_for(args)
-        return remote.refuse(args, info, "forecast (batch)") if info else int(args.func(args))
+        what = f"{name.removeprefix('_cmd_')} (batch)"
+        return remote.refuse(args, info, what) if info else int(args.func(args))
     info = remote.server_for(args)
     if info is None:
         return int(args.func(args))
@@ -623,7 +625,7 @@ def _dispatch(args: argparse.Namespace) -> int:
 #: Commands that open the store (the others work on files or the catalogue only).
 _STORE_COMMANDS = {"_cmd_series_list", "_cmd_series_show", "_cmd_series_export", "_cmd_ingest",
                    "_cmd_forecast", "_cmd_refit", "_cmd_capacity", "_cmd_report",
-                   "_cmd_backtest", "_cmd_decompose"}
+                   "_cmd_backtest", "_cmd_decompose", "_cmd_track_record"}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
