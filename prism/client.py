@@ -33,6 +33,25 @@ from prism.errors import PrismError
 logger = logging.getLogger(__name__)
 
 
+def _ids(series_ids: Iterable[str] | None) -> list[str] | None:
+    """Series ids as a list; one id given as a bare string is refused (a string is iterable:
+    its characters went out as 24 "series ids")."""
+    if series_ids is None:
+        return None
+    if isinstance(series_ids, str):
+        raise TypeError(f"series_ids takes a list of ids, not the string {series_ids!r}: "
+                        f"write [{series_ids!r}]")
+    return list(series_ids)
+
+
+def _levels(quantiles: Sequence[float]) -> list[float]:
+    """Quantile levels as a list; one level given as a number is refused by name."""
+    if isinstance(quantiles, int | float):
+        raise TypeError(f"quantiles takes a list of levels, not the number {quantiles!r}: "
+                        f"write [{quantiles!r}]")
+    return [float(q) for q in quantiles]
+
+
 def _band_name(quantile: float) -> str:
     """The API's name of a quantile's band (``0.975 -> 'p97.5'``; the server's
     ``quantile_column``, written here so that the client needs no forecasting libraries)."""
@@ -215,6 +234,9 @@ class PrismClient:
         transport: httpx.BaseTransport | None = None,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
+        if not base_url.strip().lower().startswith(("http://", "https://")):
+            raise ValueError(f"base_url {base_url!r} needs its scheme, e.g. "
+                             f"'http://{base_url.strip().lstrip('/')}'")
         token = token if token is not None else os.environ.get("PRISM_API_TOKEN") or None
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._http = httpx.Client(base_url=base_url, headers=headers, timeout=timeout,
@@ -265,7 +287,7 @@ class PrismClient:
                      format: str = "parquet") -> bytes:
         """The panel (``series_id, ts, value``) as CSV or Parquet bytes, as ``prism series
         export`` writes it (all series, or ``series_ids``)."""
-        query = [("format", format)] + [("series_id", s) for s in series_ids or ()]
+        query = [("format", format)] + [("series_id", s) for s in _ids(series_ids) or ()]
         return self._request("GET", "/v1/series/export", params=query).content
 
     def decomposition(self, series_id: str, *, top: int = 5) -> dict[str, Any]:
@@ -289,8 +311,9 @@ class PrismClient:
             PrismAPIError: 404 unknown series, 422 bad horizon/quantile/model, 503 after the
                 retries.
         """
+        levels = ",".join(repr(q) for q in _levels(quantiles))
         query: list[tuple[str, str]] = [("series_id", series_id), ("horizon", horizon),
-                                        ("quantiles", ",".join(repr(float(q)) for q in quantiles))]
+                                        ("quantiles", levels)]
         if model:
             query.append(("model", model))
         query += [("param", f"{k}={_text(v)}") for k, v in (params or {}).items()]
@@ -306,8 +329,8 @@ class PrismClient:
         params: Mapping[str, object] | None = None,
     ) -> list[Forecast]:
         """Forecasts of several series with one model (one request)."""
-        body: dict[str, Any] = {"series_ids": list(series_ids), "horizon": horizon,
-                                "quantiles": list(quantiles), "params": dict(params or {})}
+        body: dict[str, Any] = {"series_ids": _ids(series_ids), "horizon": horizon,
+                                "quantiles": _levels(quantiles), "params": dict(params or {})}
         if model:
             body["model"] = model
         data = self._request("POST", "/v1/forecast", json=body).json()
@@ -381,7 +404,7 @@ class PrismClient:
     def _capacity(self, cluster: str, *, scope: str | None, horizon: str, quantile: float,
                   model: str | None, **extra: object) -> dict[str, Any]:
         """``GET /v1/capacity`` as JSON (``extra``: further query fields, ``None`` left out)."""
-        query = {"cluster": cluster, "horizon": horizon, "quantile": f"{quantile:g}"}
+        query = {"cluster": cluster, "horizon": horizon, "quantile": repr(float(quantile))}
         if scope:
             query["scope"] = scope
         if model:
@@ -397,7 +420,7 @@ class PrismClient:
         """The capacity report (one self-contained HTML page), as ``prism report``
         (``record=False``: the server does not keep its plan for the track record;
         ``day_floor=False``: plans sized at the forecast's quantile alone)."""
-        query = {"horizon": horizon, "quantile": f"{quantile:g}"}
+        query = {"horizon": horizon, "quantile": repr(float(quantile))}
         if not record:
             query["record"] = "false"
         if not day_floor:
@@ -423,7 +446,7 @@ class PrismClient:
         ``{"refits": n, "fits": m}`` (the jobs run in the background)."""
         body: dict[str, Any] = {"params": dict(params or {})}
         if series_ids is not None:
-            body["series_ids"] = list(series_ids)
+            body["series_ids"] = _ids(series_ids)
         if model:
             body["model"] = model
         return dict(self._request("POST", "/v1/models/refit", json=body).json())

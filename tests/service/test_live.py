@@ -95,6 +95,23 @@ def test_client_gives_up_on_an_unreachable_server() -> None:
     assert error.value.status == 0 and len(waits) == 2 and waits[0] < waits[1] * 2
 
 
+def test_client_arguments_of_the_wrong_shape_are_named_before_any_request() -> None:
+    with pytest.raises(ValueError, match="needs its scheme, e.g. 'http://127.0.0.1:8000'"):
+        PrismClient("127.0.0.1:8000")
+    requests: list[httpx.Request] = []
+    transport = httpx.MockTransport(lambda r: requests.append(r) or httpx.Response(500))
+    with PrismClient("http://prism", transport=transport, retries=0) as prism:
+        with pytest.raises(TypeError, match=r"not the string 'a/b/c': write \['a/b/c'\]"):
+            prism.forecast_many("a/b/c")  # a string is iterable: it went out letter by letter
+        with pytest.raises(TypeError, match="series_ids takes a list"):
+            prism.refit("a/b/c")
+        with pytest.raises(TypeError, match="series_ids takes a list"):
+            prism.export_panel(series_ids="a/b/c")
+        with pytest.raises(TypeError, match=r"not the number 0.9: write \[0.9\]"):
+            prism.forecast("a/b/c", quantiles=0.9)  # type: ignore[arg-type]
+    assert requests == []
+
+
 @pytest.mark.slow
 def test_concurrent_ingests_and_forecasts_lose_nothing(settings: Settings) -> None:
     """8 clients ingest distinct batches while 8 query forecasts; every row lands once."""
