@@ -89,6 +89,10 @@ class Forecast:
         bands: ``p50``-style name -> forecasts at that quantile.
         fallback: why the seasonal naive fallback serves the series, if it does.
         cached: whether the server answered from its cache.
+        note: what to know about the forecast (a horizon longer than the stored history).
+
+    The server rounds forecasts to 4 decimals (1e-4 GPU): they match a local forecast of the
+    same model to that.
     """
 
     series_id: str
@@ -103,6 +107,7 @@ class Forecast:
     bands: dict[str, list[float]]
     fallback: str | None
     cached: bool
+    note: str | None = None
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Forecast:
@@ -113,7 +118,7 @@ class Forecast:
             freq_s=int(data["freq_s"]), quantiles=tuple(data["quantiles"]),
             ts=[datetime.fromisoformat(t) for t in data["ts"]], mean=list(data["mean"]),
             bands={k: list(v) for k, v in data["bands"].items()}, fallback=data["fallback"],
-            cached=bool(data["cached"]))
+            cached=bool(data["cached"]), note=data.get("note"))
 
     def band(self, quantile: float) -> list[float]:
         """The forecasts at one of the requested quantiles.

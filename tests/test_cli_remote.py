@@ -200,6 +200,14 @@ def test_a_command_that_needs_the_store_says_what_to_do(
     assert "refit (batch)" in err and "needs the store itself" in err
 
 
+def test_a_forecast_through_the_api_keeps_its_note(
+        served: tuple[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    db, _ = served  # 8 days stored: a 10-day forecast runs past the history, as locally
+    assert main(["--db", db, "forecast", SERIES, "--horizon", "10d", "--output", "-"]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"note: {SERIES}: the horizon (1,440 steps) is longer than the stored history" in err
+
+
 def test_the_track_record_goes_through_the_api(
         served: tuple[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
     db, _ = served  # the store is locked by the server: this answer came from its API

@@ -148,6 +148,8 @@ def run_forecast(args: argparse.Namespace, info: ServerInfo) -> int:
             args.series_ids, horizon=args.horizon,
             quantiles=quantile_list(args.quantiles), model=args.model,
             params=dict(pairs(args.param, "--param")))
+    for note in dict.fromkeys(f"{f.series_id}: {f.note}" for f in forecasts if f.note):
+        err.print(f"note: {note}", markup=False)  # as the local forecast says it
     print_forecast(pd.concat([f.to_frame() for f in forecasts], ignore_index=True),
                    args.output, source=info.url, fmt=args.format)
     return 0
