@@ -380,6 +380,17 @@ class PrismClient:
                 [CapacityMove(**{k: m[k] for k in CapacityMove.__dataclass_fields__})
                  for m in data.get("moves", [])])
 
+    def capacity_body(self, cluster: str, *, scope: str | None = None, horizon: str = "1d",
+                      quantile: float = 0.95, model: str | None = None,
+                      max_unmet: float | str | None = None, record: bool = True,
+                      day_floor: bool = True) -> dict[str, Any]:
+        """``GET /v1/capacity`` as the server's JSON, every field (what ``prism capacity
+        --json`` prints); :meth:`capacity_plan` takes the same arguments."""
+        return dict(self._capacity(cluster, scope=scope, horizon=horizon, quantile=quantile,
+                                   model=model, max_unmet=max_unmet,
+                                   record=None if record else "false",
+                                   day_floor=None if day_floor else "false"))
+
     def procurement(self, cluster: str, *, horizon: str = "30d", scope: str | None = None,
                     weeks: int = 4, quantile: float = 0.95, growth: float = 1.0,
                     model: str | None = None) -> list[dict[str, Any]]:

@@ -152,6 +152,10 @@ def test_capacity_forecast_refit_report_and_export(
                  "--model", "naive", "--json"]) == 0
     plan = json.loads(capsys.readouterr().out)
     rows = plan["rows"]
+    # every field the local --json has (the client's rows had dropped a third of them)
+    assert {"watts_idle", "watts_busy", "quantile"} <= set(plan)
+    assert {"model", "demand_gpu_hours", "reserved_gpu_hours", "queue_hours",
+            "capacity_source", "growth"} <= set(rows[0])
     assert {r["scope"] for r in rows} >= {"all"}
     assert all(r["gpus_needed"] >= 0 for r in rows)
     vcs = [r for r in rows if r["scope"].startswith("vc-")]

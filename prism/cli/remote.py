@@ -175,20 +175,16 @@ def run_capacity(args: argparse.Namespace, info: ServerInfo) -> int:
                           "(the server's own saved models); stop the server for the other "
                           "options (the procurement plan: GET /v1/capacity?procurement=30d;"
                           " the shared pool: GET /v1/capacity?pool=true)")
+    asked = dict(scope=args.scope, horizon=args.horizon, quantile=args.quantile,
+                 model=args.model, max_unmet=getattr(args, "max_unmet", None),
+                 record=not getattr(args, "no_record", False),
+                 day_floor=not getattr(args, "no_day_floor", False))
     with _client(info) as client:
-        rows, moves = client.capacity_plan(args.cluster, scope=args.scope,
-                                           horizon=args.horizon, quantile=args.quantile,
-                                           model=args.model,
-                                           max_unmet=getattr(args, "max_unmet", None),
-                                           record=not getattr(args, "no_record", False),
-                                           day_floor=not getattr(args, "no_day_floor", False))
+        if args.json:  # GET /v1/capacity's JSON as it came: every field the local one has
+            out.print_json(json.dumps(client.capacity_body(args.cluster, **asked)))
+            return 0
+        rows, moves = client.capacity_plan(args.cluster, **asked)
     frame = pd.DataFrame([vars(r) for r in rows])
-    if args.json:
-        records = json.loads(frame.to_json(orient="records", date_format="iso"))
-        out.print_json(json.dumps({  # as the local command's (and GET /v1/capacity's)
-            "cluster": args.cluster, "horizon": args.horizon, "quantile": args.quantile,
-            "rows": records, "moves": [vars(m) for m in moves]}))
-        return 0
     q = f"p{args.quantile * 100:g}"
     cols = ["scope", "in_use_needed", "queue_allowance", "gpus_needed", "capacity", "net_gpus",
             "shortfall_gpu_hours", "queue_risk", "idle_gpu_hours", "recommendation"]
