@@ -14,7 +14,6 @@ from __future__ import annotations
 import gzip
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -22,9 +21,8 @@ from prism.cli import main
 from prism.derive import derive_clusters
 from prism.errors import DataContractError
 from prism.store import Store
-
-TABLES = ("ingests", "jobs", "samples", "capacity", "rejects", "clusters", "series",
-          "series_values")
+from tests.ingest.cli_checks import ingest as _ingest
+from tests.ingest.cli_checks import refused as _refused
 
 COUNTS = ("series_id,ts,value\n"
           "c2/all/jobs_submitted,2026-01-01T00:00:00Z,5\n"
@@ -36,31 +34,10 @@ JOBS = ("job_id,cluster,scope,gpu_type,num_gpus,num_cpus,submit_ts,start_ts,end_
         "2,j1,{b},A100,4,1,2026-01-01T00:00:00,2026-01-01T00:00:00,2026-01-01T02:00:00,done\n")
 
 
-def _ingest(db: Path, path: Path, fmt: str, *extra: str) -> int:
-    return main(["--db", str(db), "ingest", str(path), "--format", fmt, "-q", *extra])
-
-
 def _values(db: Path, series_id: str, capsys: pytest.CaptureFixture[str]) -> list[float]:
     capsys.readouterr()
     assert main(["--db", str(db), "series", "show", series_id, "--json"]) == 0
     return [row["value"] for row in json.loads(capsys.readouterr().out)]
-
-
-def _snapshot(db: Path) -> dict[str, list[tuple[Any, ...]]]:
-    with Store.open(db) as store:
-        return {t: store.fetch_all(f"SELECT * FROM {t} ORDER BY ALL") for t in TABLES}
-
-
-def _refused(db: Path, path: Path, fmt: str, capsys: pytest.CaptureFixture[str],
-             *extra: str) -> str:
-    """Exit code 1, a message without traceback, the store exactly as it was."""
-    before = _snapshot(db)
-    capsys.readouterr()
-    assert _ingest(db, path, fmt, *extra) == 1
-    err = capsys.readouterr().err
-    assert "Traceback" not in err and err.startswith("error: ")
-    assert _snapshot(db) == before
-    return " ".join(err.split())
 
 
 # -- B2: a sample is identified by (series_id, ts)

@@ -11,24 +11,12 @@ leaves the store exactly as it was.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from prism.cli import main
-from prism.store import Store
-
-TABLES = ("ingests", "jobs", "samples", "capacity", "rejects", "clusters", "series",
-          "series_values")
-
-
-def _ingest(db: Path, path: Path, fmt: str, *extra: str) -> int:
-    return main(["--db", str(db), "ingest", str(path), "--format", fmt, "-q", *extra])
-
-
-def _snapshot(db: Path) -> dict[str, list[tuple[Any, ...]]]:
-    with Store.open(db) as store:
-        return {t: store.fetch_all(f"SELECT * FROM {t} ORDER BY ALL") for t in TABLES}
+from tests.ingest.cli_checks import ingest as _ingest
+from tests.ingest.cli_checks import refused as _refused
+from tests.ingest.cli_checks import snapshot as _snapshot
 
 
 @pytest.fixture
@@ -40,17 +28,6 @@ def db(tmp_path: Path) -> Path:
                     "lab/all/gpus_in_use,2026-01-05T00:10:00Z,2\n")
     assert _ingest(path, seed, "long-csv") == 0
     return path
-
-
-def _refused(db: Path, path: Path, fmt: str, capsys: pytest.CaptureFixture[str],
-             *extra: str) -> str:
-    before = _snapshot(db)
-    capsys.readouterr()
-    assert _ingest(db, path, fmt, *extra) == 1
-    err = capsys.readouterr().err
-    assert "Traceback" not in err and err.startswith("error: ")
-    assert _snapshot(db) == before
-    return " ".join(err.split())
 
 
 # -- B3: a column named twice --------------------------------------------------------------

@@ -9,27 +9,19 @@ from __future__ import annotations
 import io
 import logging
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 import pytest
 
 from prism.cli import main
 from prism.store import Store
-
-#: Every table an ingest writes to.
-TABLES = ("ingests", "jobs", "samples", "capacity", "rejects", "clusters", "series",
-          "series_values")
+from tests.ingest.cli_checks import ingest as _ingest
+from tests.ingest.cli_checks import refused as _refused
+from tests.ingest.cli_checks import snapshot as _snapshot
 
 JOBS_HEADER = "job_id,cluster,scope,gpu_type,num_gpus,num_cpus,submit_ts,start_ts"
 JOBS_ROWS = ("j1,c,vc1,A100,2,8,2026-01-05T00:00:00,2026-01-05T00:10:00\n"
              "j2,c,vc1,A100,4,8,2026-01-05T00:20:00,2026-01-05T00:30:00\n")
-
-
-def _snapshot(db: Path) -> dict[str, list[tuple[Any, ...]]]:
-    """Every row of every table an ingest writes to."""
-    with Store.open(db) as store:
-        return {t: store.fetch_all(f"SELECT * FROM {t} ORDER BY ALL") for t in TABLES}
 
 
 def _seeded(folder: Path) -> Path:
@@ -46,22 +38,6 @@ def _seeded(folder: Path) -> Path:
     for path, fmt in ((jobs, "jobs-csv"), (points, "long-csv"), (capacity, "capacity-csv")):
         assert _ingest(db, path, fmt) == 0
     return db
-
-
-def _ingest(db: Path, path: Path, fmt: str, *extra: str) -> int:
-    return main(["--db", str(db), "ingest", str(path), "--format", fmt, "-q", *extra])
-
-
-def _refused(db: Path, path: Path, fmt: str, capsys: pytest.CaptureFixture[str],
-             *extra: str) -> str:
-    """Ingest a bad file: exit code 1, no traceback, the store as it was; the message."""
-    before = _snapshot(db)
-    capsys.readouterr()
-    assert _ingest(db, path, fmt, *extra) == 1
-    err = capsys.readouterr().err
-    assert "Traceback" not in err and err.startswith("error: ")
-    assert _snapshot(db) == before
-    return " ".join(err.split())
 
 
 # -- 1. a job trace without end times -------------------------------------------------------
