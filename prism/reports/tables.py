@@ -125,7 +125,8 @@ def cluster_now(rows: Sequence[CapacityRow]) -> datetime | None:
 def stale_scopes(rows: Sequence[CapacityRow]) -> dict[str, str]:
     """The scopes with no current data, and why: their series stopped so long before the
     cluster's others that their plan's window has passed by the cluster's now
-    (:func:`cluster_now`). Their plan sizes a window of the past, so no total adds it."""
+    (:func:`cluster_now`). The plan says so (action ``stale``, :func:`prism.capacity.
+    plan_capacity` decides); their plan sizes a window of the past, so no total adds it."""
     now = cluster_now(rows)
     if now is None:
         return {}
@@ -133,7 +134,7 @@ def stale_scopes(rows: Sequence[CapacityRow]) -> dict[str, str]:
                       f"{human((now - r.start).total_seconds())} before the cluster's now "
                       f"({now:%Y-%m-%d %H:%M} UTC), so its plan's window (to "
                       f"{r.end:%Y-%m-%d %H:%M}) has passed")
-            for r in rows if r.end <= now}
+            for r in rows if r.action == "stale"}
 
 
 def capacity_totals(rows: Sequence[CapacityRow]) -> tuple[Partition, dict[str, float | None]]:

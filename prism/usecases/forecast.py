@@ -226,9 +226,10 @@ def forecast_series(
             notes.append(f"the series are stored at {len(held)} steps: the saved models of "
                          "each step forecast them")
         parts = []
+        steps = _stored_steps(store, wanted)  # one catalogue read for every held model
         for forecaster, sids, ids in held:
             fresh = history[history[SERIES_ID].isin(sids)]
-            sync = store_sync(forecaster, fresh, _stored_steps(store, sids))
+            sync = store_sync(forecaster, fresh, steps)
             if sync.refit is not None:  # fitted on other data: refit it on the store's
                 step("fit", 0, n)
                 forecaster = clone(forecaster).fit(fresh)
