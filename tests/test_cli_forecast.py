@@ -450,3 +450,31 @@ def test_a_bad_output_fails_before_any_model_is_fitted_or_saved(
                      "--save", "--models-dir", str(models), "--output", output]) == 1, output
         assert says in capsys.readouterr().err
         assert not models.exists(), output  # no model fitted and saved
+
+
+def test_a_daily_store_is_forecast_and_backtested_with_bands(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A store of daily samples (capacity planning keeps days): PRISM's windows are written
+    in hours (``lookback="12h"``) and refused it as "not a whole number of 86400-second
+    steps"; the 7-day calibration tail was 7 steps, so every model's bands had zero width.
+    Windows now round to whole steps and the tail holds at least 48 steps."""
+    db = str(tmp_path / "prism.duckdb")
+    rng = np.random.default_rng(8)
+    n = 150
+    weekly = 60 + 20 * (np.arange(n) % 7 < 5) + rng.normal(0, 4, n)  # weekdays busier
+    path = tmp_path / "daily.csv"
+    pd.DataFrame({"series_id": SID, "ts": pd.date_range("2026-01-05", periods=n, freq="1D"),
+                  "value": weekly.round(1)}).to_csv(path, index=False)
+    assert main(["--db", db, "ingest", str(path), "--format", "long-csv", "--freq", "1d",
+                 "-q"]) == 0
+    out = tmp_path / "forecast.csv"
+    assert main(["--db", db, "forecast", SID, "--horizon", "14d", "--quantiles", "0.05,0.95",
+                 "--output", str(out), "-q"]) == 0
+    frame = pd.read_csv(out)
+    assert len(frame) == 14 and (frame["p95"] - frame["p5"] > 5).all()
+    assert frame["mean"].between(40, 100).all()
+    capsys.readouterr()
+    assert main(["--db", db, "backtest", "--series", SID, "--models", "prism,naive",
+                 "--horizon", "7d", "--windows", "4", "--summary", "-q"]) == 0
+    assert "prism" in capsys.readouterr().out

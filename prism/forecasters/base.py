@@ -15,7 +15,7 @@ A subclass writes two hooks, abstract here:
 Everything else is shared, so every model gets it the same way:
 
 **Conformal quantiles.** ``fit`` holds out the last ``calibration_window`` of each series (at
-most a third of it) and learns the parameters on what comes before; the model's forecasts from
+least 48 steps, at most a third of it) and learns the parameters on what comes before; the model's forecasts from
 origins in the held-out tail calibrate its quantiles, corrected for a drift of the series'
 volatility (:mod:`prism.forecasters.conformal`). The final forecast continues from the end of
 the whole history with the parameters learned on the prefix: nothing is fitted twice.
@@ -63,11 +63,13 @@ import pandas as pd
 from prism.errors import ConfigError, DataContractError, NotFittedError
 from prism.forecasters.conformal import (
     MAX_HOLDOUT_SHARE,
+    MIN_HOLDOUT_STEPS,
     Calibration,
     bands,
     calibrate,
     calibration_offsets,
     calibration_origins,
+    history_calibration,
 )
 from prism.frames import PRISM_STYLE, FrameStyle, to_frame, to_panel
 from prism.schema import (
@@ -109,13 +111,18 @@ def horizon_note(steps: int, points: int) -> str | None:
             f"points): {PAST_HISTORY}")
 
 
-def horizon_steps(horizon: int | str, freq_s: int, *, name: str = "horizon") -> int:
+def horizon_steps(horizon: int | str, freq_s: int, *, name: str = "horizon",
+                  rounded: bool = False) -> int:
     """A horizon as a number of steps: ``"1d"`` at 10 min is 144; a number is steps.
 
     ``name`` is what messages call the value (a hyperparameter's duration is no horizon).
+    ``rounded``: a duration that is not a whole number of steps is rounded to the nearest,
+    at least one (a model's windows and seasons, whose defaults are written for 10-minute
+    series, on a store of daily or 20-minute steps); a horizon is never rounded.
 
     Raises:
-        ConfigError: when the horizon is not positive or not a whole number of steps.
+        ConfigError: when the horizon is not positive or (unless ``rounded``) not a whole
+            number of steps.
     """
     if isinstance(horizon, int | np.integer) and not isinstance(horizon, bool):
         steps = int(horizon)
@@ -126,6 +133,8 @@ def horizon_steps(horizon: int | str, freq_s: int, *, name: str = "horizon") -> 
             seconds = parse_duration(str(horizon)).total_seconds()
         except ConfigError as exc:  # name the field: a request has several durations
             raise ConfigError(f"{name.rstrip('=')}: {exc}") from None
+        if seconds % freq_s and rounded and seconds > 0:
+            return max(1, round(seconds / freq_s))
         if seconds % freq_s:
             raise ConfigError(
                 f"{name}{'' if name.endswith('=') else ' '}{horizon!r} is not a whole number"
@@ -393,6 +402,9 @@ class BaseForecaster(abc.ABC):
         else:
             paths = self._paths(series_id, history, end, steps)
             calibration = self.calibration_.get(series_id)
+        if not self.native_levels and (calibration is None or not len(calibration.centers)):
+            # too short to calibrate out of sample: the last value's errors in its history
+            calibration = history_calibration(history, steps)
         mean = np.maximum(paths.mean[0], 0.0)
         qs = list(quantiles)
         if not qs:
@@ -461,17 +473,16 @@ class BaseForecaster(abc.ABC):
             raise NotFittedError(f"{type(self).__name__} is not fitted: call fit(panel) first")
 
     def _steps_of(self, duration: str) -> int:
-        """A duration hyperparameter (a season, a window) in steps of the fitted series."""
+        """A duration hyperparameter (a season, a window) in steps of the fitted series,
+        rounded to whole steps, at least one: ``lookback="12h"`` is one step of a daily
+        series."""
         param = next((k for k, v in self.get_params().items() if v == duration), None)
         name = f"{self.alias} parameter {param}=" if param else f"{self.alias} duration"
-        return horizon_steps(duration, self.freq_s_, name=name)
+        return horizon_steps(duration, self.freq_s_, name=name, rounded=True)
 
     def _holdout(self, n: int) -> int:
         """Steps held out for calibration in a series of ``n`` points."""
-        try:
-            window = self._steps_of(self.calibration_window)
-        except ConfigError:
-            window = 1  # a calibration window finer than the step: one step
+        window = max(self._steps_of(self.calibration_window), MIN_HOLDOUT_STEPS)
         return int(min(window, n * MAX_HOLDOUT_SHARE))
 
     def epoch_seconds(self, series_id: str, index: npt.ArrayLike) -> npt.NDArray[np.int64]:

@@ -4,7 +4,7 @@
 own quantiles.
 
 **Conformal quantiles.** ``fit`` holds out the last ``calibration_window`` of each series (at
-most a third of it): the parameters are learned on what comes before, then the model forecasts
+least ``MIN_HOLDOUT_STEPS``, at most a third of it): the parameters are learned on what comes before, then the model forecasts
 from origins spread over the held-out tail (:func:`calibration_origins`), from data before each
 origin only. The signed errors of those out-of-sample forecasts, pooled in blocks of horizon
 steps that widen with the step, give each quantile's offset from the point forecast (split
@@ -45,6 +45,14 @@ step (:func:`widen_unsure`). With a full 7-day tail every block up to a day ahea
 (though the block across a day ahead takes the drift factor of the group beyond it, which reads
 the widened blocks too: the day-ahead bands of long series moved by under 1 %).
 
+**Too short to calibrate.** A series whose held-out tail gives no block ``MIN_BLOCK_RESIDUALS``
+errors (under 72 points) has no out-of-sample errors to calibrate on. Its bands are then those
+of the last value's errors in its own history (:func:`change_offsets`: for step ``k``, the
+changes ``y[t + k] - y[t]`` over all ``t``) around the model's forecast, at the wider
+finite-sample levels of split conformal: the bands of a model fitted on a few hours are no
+narrower than what the series has done in those hours. A series with fewer than
+``MIN_CHANGES`` changes one step apart (under 5 points) has no band (the mean at every level).
+
 A forecast's bands (:func:`bands`) are its mean (or native quantiles) plus the offsets of each
 step ahead, interpolated between blocks and widened with the square root of the step beyond
 the last calibrated one.
@@ -81,6 +89,12 @@ MIN_BLOCK_RESIDUALS = 24
 #: the step (:func:`widen_unsure`). With a full 7-day tail every block up to a day ahead is
 #: sure (10-min, 5-min, 1-min and hourly steps alike): long series keep their offsets to a day.
 MIN_BLOCK_WINDOWS = 6
+#: A series too short to calibrate out of sample (:func:`change_offsets`) needs this many
+#: changes in a block of steps for a band there.
+MIN_CHANGES = 4
+#: The tail held out for calibration is at least this many steps when a third of the series
+#: allows (a 7-day window is 7 steps of a daily series: too few for any block).
+MIN_HOLDOUT_STEPS = 2 * MIN_BLOCK_RESIDUALS
 #: At most this many calibration origins per series (spread evenly over the held-out tail).
 MAX_ORIGINS = 72
 #: The tail held out for calibration is at most this share of a series.
@@ -395,6 +409,59 @@ def bands(mean: FloatArray, native: FloatArray | None, native_levels: Sequence[f
         return np.stack([_at_level(q, nl, calibrated) for q in quantiles], axis=1)
     return np.stack([mean + _at_level(q, calibration.levels, per_step) for q in quantiles],
                     axis=1)
+
+
+def change_offsets(values: FloatArray, steps: int) -> tuple[FloatArray, FloatArray]:
+    """Bands of series too short to calibrate: the last value's errors in their own history.
+
+    For each block of steps ``k`` (the calibration's blocks, up to ``steps`` and the series'
+    length), the changes ``values[:, t + k] - values[:, t]`` over all ``t`` give each
+    level's offset at split conformal's finite-sample level (``m`` changes: level ``q`` is
+    taken at ``0.5 + (q - 0.5) (m + 1) / m``, clipped to [0, 1]). Blocks past the first
+    :func:`sure_blocks` of the series' length are widened as :func:`widen_unsure` widens
+    them. Both the per-series bands and the panel path (:mod:`.panel_fast`) call this.
+
+    Args:
+        values: ``(n_series, n)`` the series' values, finite.
+        steps: the horizon in steps.
+
+    Returns:
+        Block centres ``(n_blocks,)`` and offsets ``(n_series, n_blocks, len(LEVELS))``
+        (no blocks when the series are shorter than ``MIN_CHANGES + 1`` points).
+    """
+    values = np.asarray(values, dtype=np.float64)
+    n = values.shape[1]
+    levels = np.asarray(LEVELS)
+    centers: list[float] = []
+    offsets: list[FloatArray] = []
+    last = min(steps, n - 1)
+    for lo, hi in zip(_BLOCK_EDGES[:-1], _BLOCK_EDGES[1:], strict=True):
+        if lo > last:
+            break
+        stop = min(hi - 1, last)
+        changes = np.concatenate([values[:, k:] - values[:, :-k] for k in range(lo, stop + 1)],
+                                 axis=1)
+        if changes.shape[1] < MIN_CHANGES:
+            break  # later blocks have fewer changes still
+        m = (n - 1) / lo  # independent windows: changes ``lo`` steps apart overlap
+        at = np.clip(0.5 + (levels - 0.5) * (m + 1) / m, 0.0, 1.0)
+        offsets.append(np.quantile(changes, at, axis=1).T)
+        centers.append(0.5 * (lo + stop))
+    c = np.asarray(centers, dtype=np.float64)
+    if not len(c):
+        return c, np.zeros((len(values), 0, len(levels)))
+    return c, widen_unsure(c, np.stack(offsets, axis=1), levels, sure_blocks(len(c), n - 1))
+
+
+def history_calibration(history: FloatArray, steps: int) -> Calibration | None:
+    """A series' :func:`change_offsets` as a calibration for :func:`bands`, or ``None``
+    when it is too short even for those (no out-of-sample errors: ``one_step`` is empty)."""
+    centers, offsets = change_offsets(np.asarray(history, dtype=np.float64)[None, :], steps)
+    if not len(centers):
+        return None
+    return Calibration(centers=centers, levels=np.asarray(LEVELS), offsets=offsets[0],
+                       n_residuals=np.zeros(len(centers), dtype=np.int64),
+                       one_step=np.zeros(0), origins=np.zeros(0, dtype=np.int64))
 
 
 def _rescaled(calibration: Calibration, factors: FloatArray, freq_s: int) -> Calibration:

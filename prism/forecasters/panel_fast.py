@@ -55,6 +55,7 @@ from prism.forecasters.conformal import (
     _late_span,
     adaptive_factors,
     calibration_origins,
+    change_offsets,
     drift_level,
     sure_blocks,
     widen_unsure,
@@ -192,16 +193,20 @@ def forecast_block(rule: _PanelRule, values: FloatArray, steps: int,
     qs = list(quantiles)
     mean = np.maximum(rule._forecast_panel(values, np.array([n], dtype=np.int64), steps)[:, 0],
                       0.0)
-    bands = np.repeat(mean[:, :, None], len(qs), axis=2)  # no calibration: no spread
-    ends = calibration_origins(n, rule._holdout(n))
-    if not qs or len(ends) == 0:
+    bands = np.repeat(mean[:, :, None], len(qs), axis=2)  # no spread measured: none
+    if not qs:
         return mean, bands
-    width = int(n - ends[0])
-    adaptive = _adaptive_factors(rule, values, ends)
-    per = max(1, _MAX_ELEMENTS // (len(ends) * max(width, steps)))
+    ends = calibration_origins(n, rule._holdout(n))
+    width = int(n - ends[0]) if len(ends) else 0
+    adaptive = _adaptive_factors(rule, values, ends) if len(ends) else None
+    per = max(1, _MAX_ELEMENTS // (max(len(ends), n) * max(width, steps, n)))
     for lo in range(0, n_series, per):
         rows = slice(lo, min(lo + per, n_series))
-        centers, offsets = _calibrated_offsets(rule, values[rows], ends, adaptive[rows])
+        if adaptive is not None:
+            centers, offsets = _calibrated_offsets(rule, values[rows], ends, adaptive[rows])
+        if adaptive is None or not len(centers):
+            # too short to calibrate out of sample, as ``forecast_arrays``
+            centers, offsets = change_offsets(values[rows], steps)
         if len(centers):
             for j, q in enumerate(qs):
                 bands[rows, :, j] = mean[rows] + _per_step_at(q, centers, offsets, steps)

@@ -188,7 +188,7 @@ def test_bad_parameters_and_too_short_panels() -> None:
         ({"loss": "huber"}, "loss 'huber' is unknown"),
         ({"max_rows": 5}, "max_rows must be at least"),
         ({"n_jobs": 0}, "n_jobs must be at least 1"),
-        ({"max_horizon": "15min"}, "whole number"),
+        ({"max_horizon": "0min"}, "max_horizon: duration '0min' must be positive"),
     ]
     for params, match in cases:
         with pytest.raises(ConfigError, match=match):

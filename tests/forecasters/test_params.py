@@ -72,6 +72,26 @@ def test_an_unknown_alias_is_left_to_get_forecaster() -> None:
         get_forecaster("nope", **typed_params("nope", {"a": "1"}))
 
 
+def test_a_duration_hyperparameter_is_rounded_to_whole_steps() -> None:
+    """Model defaults are written for 10-minute series: on a store of another step, a
+    window or season rounds to the nearest whole number of steps, at least one (a daily
+    store's ``lookback="12h"`` is one step); a horizon is never rounded."""
+    import numpy as np
+    import pandas as pd
+
+    from prism.errors import ConfigError
+    from prism.forecasters import get_forecaster
+    from prism.forecasters.base import horizon_steps
+
+    panel = pd.DataFrame({"series_id": "a/b/c", "value": np.arange(600.0),
+                          "ts": pd.date_range("2026-01-01", periods=600, freq="10min")})
+    assert get_forecaster("seasonal_naive", season="15min").fit(panel).season_steps_ == 2
+    assert get_forecaster("seasonal_naive", season="1min").fit(panel).season_steps_ == 1
+    assert get_forecaster("seasonal_naive", season="1d").fit(panel).season_steps_ == 144
+    with pytest.raises(ConfigError, match="whole number of 600-second steps"):
+        horizon_steps("15min", 600)
+
+
 def test_a_bad_duration_hyperparameter_is_named_not_called_a_horizon() -> None:
     import numpy as np
     import pandas as pd
@@ -81,8 +101,8 @@ def test_a_bad_duration_hyperparameter_is_named_not_called_a_horizon() -> None:
 
     panel = pd.DataFrame({"series_id": "a/b/c", "value": np.arange(600.0),
                           "ts": pd.date_range("2026-01-01", periods=600, freq="10min")})
-    with pytest.raises(ConfigError, match=r"^seasonal_naive parameter season='15min' is not a "
-                                          r"whole number of 600-second steps"):
-        get_forecaster("seasonal_naive", season="15min").fit(panel)
+    with pytest.raises(ConfigError, match=r"^seasonal_naive parameter season: 'soon' is not a "
+                                          r"duration"):
+        get_forecaster("seasonal_naive", season="soon").fit(panel)
     with pytest.raises(ConfigError, match=r"^seasonal_naive parameter season='0' must be"):
         get_forecaster("seasonal_naive", season="0").fit(panel)

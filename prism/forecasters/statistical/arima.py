@@ -180,6 +180,10 @@ class ArimaForecaster(BaseForecaster):
             return ArimaSpec((0, 0, 0), (0, 0, 0, 0), "c", np.array([float(y[0]), 1e-8]),
                              math.inf)
         big_p, big_d, big_q = (int(v) for v in self.seasonal_order)
+        if period is not None and period < 2:
+            logger.info("%s: season %s is one step of this series; ARIMA without a season",
+                        series_id, self.season)
+            period = None
         if period and len(y) < 2 * period + 2:
             logger.info("%s: fewer than two seasons (%s) to fit on; ARIMA without a season",
                         series_id, self.season)

@@ -68,6 +68,10 @@ class EtsForecaster(BaseForecaster):
 
     def _fit(self, values: dict[str, FloatArray]) -> None:
         period = self._steps_of(self.season) if self.season else None
+        if period is not None and period < 2:
+            logger.info("season %s is %d step of these series: ETS without a season",
+                        self.season, period)
+            period = None
         window = self._steps_of(self.fit_window) if self.fit_window else None
         self.params_: dict[str, HoltWintersParams] = {}
         self.start_: dict[str, int] = {}
