@@ -478,3 +478,36 @@ def test_a_daily_store_is_forecast_and_backtested_with_bands(
     assert main(["--db", db, "backtest", "--series", SID, "--models", "prism,naive",
                  "--horizon", "7d", "--windows", "4", "--summary", "-q"]) == 0
     assert "prism" in capsys.readouterr().out
+
+
+def test_short_series_bands_and_a_horizon_of_no_whole_steps_are_explained(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Series too short to calibrate say where their bands come from (or that they have
+    none); a horizon that is no whole number of the store's steps is refused before the fit,
+    naming the horizons that are."""
+    db = str(tmp_path / "prism.duckdb")
+    rng = np.random.default_rng(2)
+    frames = [pd.DataFrame({"series_id": sid, "value": 50 + rng.normal(0, 5, n).round(1),
+                            "ts": pd.date_range("2026-01-05", periods=n, freq="7min")})
+              for sid, n in (("lab/a/gpus_in_use", 30), ("lab/b/gpus_in_use", 3))]
+    path = tmp_path / "short.csv"
+    pd.concat(frames).to_csv(path, index=False)
+    assert main(["--db", db, "ingest", str(path), "--format", "long-csv", "--freq", "7min",
+                 "-q"]) == 0
+    capsys.readouterr()
+    assert main(["--db", db, "forecast", "--cluster", "lab", "--horizon", "70min",
+                 "--model", "naive", "--output", str(tmp_path / "f.csv"), "-q"]) == 0
+    err = capsys.readouterr().err
+    assert "1 series (lab/a/gpus_in_use): too few points to calibrate the bands" in err
+    assert "1 series (lab/b/gpus_in_use): too few points for bands (5 needed)" in err
+    frame = pd.read_csv(tmp_path / "f.csv").set_index("series_id")
+    assert (frame.loc["lab/a/gpus_in_use", "p90"] > frame.loc["lab/a/gpus_in_use", "p50"]).all()
+
+    def no_fit(*_: object, **__: object) -> None:
+        raise AssertionError("fitted before the horizon was checked")
+
+    monkeypatch.setattr("prism.forecasters.hybrid.PrismForecaster.fit", no_fit)
+    assert main(["--db", db, "forecast", "lab/a/gpus_in_use", "--horizon", "1d", "-q"]) == 1
+    assert ("horizon '1d' is not a whole number of 420-second steps: use 1435min (205 steps) "
+            "or 1442min (206 steps), or a number of steps") in capsys.readouterr().err

@@ -15,10 +15,11 @@ A subclass writes two hooks, abstract here:
 Everything else is shared, so every model gets it the same way:
 
 **Conformal quantiles.** ``fit`` holds out the last ``calibration_window`` of each series (at
-least 48 steps, at most a third of it) and learns the parameters on what comes before; the model's forecasts from
-origins in the held-out tail calibrate its quantiles, corrected for a drift of the series'
-volatility (:mod:`prism.forecasters.conformal`). The final forecast continues from the end of
-the whole history with the parameters learned on the prefix: nothing is fitted twice.
+least 48 steps, at most a third of it) and learns the parameters on what comes before; the
+model's forecasts from origins in the held-out tail calibrate its quantiles, corrected for a
+drift of the series' volatility (:mod:`prism.forecasters.conformal`). The final forecast
+continues from the end of the whole history with the parameters learned on the prefix: nothing
+is fitted twice.
 
 **Online update.** ``update(new_points)`` appends fresh points, recalibrates on the new tail and
 checks each updated series' rolling error (day-ahead forecasts through the last
@@ -90,6 +91,10 @@ __all__ = ["DEFAULT_QUANTILES", "BaseForecaster", "Calibration", "FloatArray", "
 
 FloatArray = npt.NDArray[np.float64]
 DEFAULT_QUANTILES = (0.5, 0.9)
+#: A model's fitting window (``fit_window``) holds at least this many steps: a week is 1,008
+#: ten-minute points but 7 daily ones, on which ARIMA picked an MA(1) that forecast 659 GPUs
+#: one day ahead of a series that never passed 143.
+MIN_FIT_STEPS = 48
 
 
 def quantile_column(q: float) -> str:
@@ -109,6 +114,34 @@ def horizon_note(steps: int, points: int) -> str | None:
         return None
     return (f"the horizon ({steps:,} steps) is longer than the stored history ({points:,} "
             f"points): {PAST_HISTORY}")
+
+
+def _duration_text(seconds: int) -> str:
+    """``86100 -> '1435min'``: seconds in the largest unit that divides them."""
+    for unit, size in (("d", 86_400), ("h", 3_600), ("min", 60)):
+        if seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+#: What to know about bands not calibrated out of sample, by :func:`band_source`.
+BAND_NOTES = {
+    "changes": ("too few points to calibrate the bands out of sample (72 needed): they are the "
+                "last value's errors in the series' own history, around the model's forecast"),
+    "none": ("too few points for bands (5 needed): every quantile is the mean; ingest more "
+             "history or a finer --freq"),
+}
+
+
+def band_source(model: BaseForecaster, series_id: str) -> str:
+    """Where a fitted model's bands for ``series_id`` come from: ``calibrated`` (out of
+    sample, or the model's native quantiles), ``changes`` (the series' own changes: too short
+    to calibrate) or ``none`` (too short for any band). :data:`BAND_NOTES` says what each
+    but the first means."""
+    calibration = model.calibration_.get(series_id)
+    if model.native_levels or (calibration is not None and len(calibration.centers)):
+        return "calibrated"
+    return "none" if history_calibration(model.history_[series_id], 1) is None else "changes"
 
 
 def horizon_steps(horizon: int | str, freq_s: int, *, name: str = "horizon",
@@ -136,9 +169,12 @@ def horizon_steps(horizon: int | str, freq_s: int, *, name: str = "horizon",
         if seconds % freq_s and rounded and seconds > 0:
             return max(1, round(seconds / freq_s))
         if seconds % freq_s:
+            below = int(seconds // freq_s)
+            near = " or ".join(f"{_duration_text(k * freq_s)} ({k:,} steps)"
+                               for k in (below, below + 1) if k >= 1)
             raise ConfigError(
                 f"{name}{'' if name.endswith('=') else ' '}{horizon!r} is not a whole number"
-                f" of {freq_s}-second steps"
+                f" of {freq_s}-second steps: use {near}, or a number of steps"
             )
         steps = int(seconds // freq_s)
     if steps < 1:

@@ -4,15 +4,15 @@
 own quantiles.
 
 **Conformal quantiles.** ``fit`` holds out the last ``calibration_window`` of each series (at
-least ``MIN_HOLDOUT_STEPS``, at most a third of it): the parameters are learned on what comes before, then the model forecasts
-from origins spread over the held-out tail (:func:`calibration_origins`), from data before each
-origin only. The signed errors of those out-of-sample forecasts, pooled in blocks of horizon
-steps that widen with the step, give each quantile's offset from the point forecast (split
-conformal prediction, per horizon step; :func:`calibration_offsets`). Models with native
-quantiles (``native_levels``) are calibrated the same way on their own quantiles
-(conformalised quantile regression): the offset of level ``q`` is the ``q``-quantile of
-``y - yhat_q``. The final forecast continues from the end of the whole history with the
-parameters learned on the prefix: nothing is fitted twice.
+least ``MIN_HOLDOUT_STEPS``, at most a third of it): the parameters are learned on what comes
+before, then the model forecasts from origins spread over the held-out tail
+(:func:`calibration_origins`), from data before each origin only. The signed errors of those
+out-of-sample forecasts, pooled in blocks of horizon steps that widen with the step, give each
+quantile's offset from the point forecast (split conformal prediction, per horizon step;
+:func:`calibration_offsets`). Models with native quantiles (``native_levels``) are calibrated
+the same way on their own quantiles (conformalised quantile regression): the offset of level
+``q`` is the ``q``-quantile of ``y - yhat_q``. The final forecast continues from the end of the
+whole history with the parameters learned on the prefix: nothing is fitted twice.
 
 **Drift correction.** Errors of the held-out tail are exchangeable with the future's only if
 the series' volatility has not moved, and GPU demand's does (a VC fills up, a queue forms). So

@@ -17,6 +17,8 @@ from prometheus_client.core import Metric
 from prism.errors import ConfigError
 from prism.forecasters import get_forecaster, import_libraries
 from prism.forecasters.base import (
+    BAND_NOTES,
+    band_source,
     check_quantiles,
     horizon_note,
     horizon_steps,
@@ -284,7 +286,9 @@ class ForecastHub:
             bands={quantile_column(q): np.round(bands[:, j], _DECIMALS).tolist()
                    for j, q in enumerate(qs)},
             fallback=forecaster.fallback_.get(series_id),
-            note=horizon_note(steps, state.n_points),
+            note="; ".join(note for note in (
+                horizon_note(steps, state.n_points),
+                BAND_NOTES.get(band_source(forecaster, series_id))) if note) or None,
         )
         self._cache.add(key, fresh, spec.alias)
         self._served.note(series_id, spec.key, version,

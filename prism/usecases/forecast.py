@@ -227,6 +227,7 @@ def forecast_series(
                          "each step forecast them")
         parts = []
         steps = _stored_steps(store, wanted)  # one catalogue read for every held model
+        _check_horizon(horizon, steps.values())  # before any refit
         for forecaster, sids, ids in held:
             fresh = history[history[SERIES_ID].isin(sids)]
             sync = store_sync(forecaster, fresh, steps)
@@ -265,6 +266,7 @@ def forecast_series(
             notes.append(f"the series are stored at {len(groups)} steps "
                          f"({', '.join(f'{s:,} s' for s in sorted(groups))}): one {model} "
                          "model was fitted per step")
+        _check_horizon(horizon, groups)  # before any fit
         parts = []
         step("fit", 0, n)
         for _, group in sorted(groups.items()):
@@ -289,7 +291,17 @@ def forecast_series(
         [SERIES_ID, TS], kind="stable", ignore_index=True)
     fallback = {sid: why for fitted, _ in parts for sid, why in fitted.fallback_.items()}
     return ForecastResult(frame, model_id, fallback, model_ids,
-                          (*notes, *_horizon_notes(frame, history)), refitted)
+                          (*notes, *_horizon_notes(frame, history),
+                           *_band_notes([fitted for fitted, _ in parts])), refitted)
+
+
+def _check_horizon(horizon: str, steps: Iterable[int]) -> None:
+    """Raise the error ``predict`` would raise for ``horizon`` at any of ``steps`` (seconds),
+    before a fit that could take minutes."""
+    from prism.forecasters.base import horizon_steps
+
+    for freq_s in sorted(set(steps)):
+        horizon_steps(horizon, int(freq_s))
 
 
 def _stored_steps(store: Store, series_ids: Iterable[str]) -> dict[str, int]:
@@ -300,6 +312,19 @@ def _stored_steps(store: Store, series_ids: Iterable[str]) -> dict[str, int]:
     catalogue = catalogue[catalogue[SERIES_ID].astype(str).isin(set(series_ids))]
     return {str(sid): freq_seconds(str(freq))
             for sid, freq in zip(catalogue[SERIES_ID], catalogue["freq"], strict=True)}
+
+
+def _band_notes(models: Sequence[BaseForecaster]) -> tuple[str, ...]:
+    """A note per kind of bands not calibrated out of sample (:func:`~prism.forecasters.
+    base.band_source`), naming how many series and the first."""
+    from prism.forecasters.base import BAND_NOTES, band_source
+
+    kinds: dict[str, list[str]] = {}
+    for model in models:
+        for sid in model.series_ids_:
+            kinds.setdefault(band_source(model, sid), []).append(sid)
+    return tuple(f"{len(sids):,} series ({sids[0]}{', ...' if len(sids) > 1 else ''}): "
+                 f"{BAND_NOTES[kind]}" for kind, sids in kinds.items() if kind in BAND_NOTES)
 
 
 def _horizon_notes(frame: pd.DataFrame, history: pd.DataFrame) -> tuple[str, ...]:

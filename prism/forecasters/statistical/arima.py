@@ -13,7 +13,7 @@ import numpy as np
 import numpy.typing as npt
 
 from prism.errors import ConfigError
-from prism.forecasters.base import BaseForecaster, FloatArray
+from prism.forecasters.base import MIN_FIT_STEPS, BaseForecaster, FloatArray
 
 logger = logging.getLogger(__name__)
 
@@ -112,6 +112,7 @@ class ArimaForecaster(BaseForecaster):
             coefficients; on 14 Helios and Alibaba series its mean day-ahead error was lower
             than with two or four weeks (median within 5 %; the longer windows let KPSS
             pick ``d = 0`` more often, whose mean one day cannot reach) and it fits faster.
+            At least ``MIN_FIT_STEPS`` steps (a week of a daily series is 7 points).
         time_budget: seconds for the order search of one series.
     """
 
@@ -167,7 +168,8 @@ class ArimaForecaster(BaseForecaster):
 
     def _fit(self, values: dict[str, FloatArray]) -> None:
         self._check_params()
-        window = self._steps_of(self.fit_window) if self.fit_window else None
+        window = (max(self._steps_of(self.fit_window), MIN_FIT_STEPS) if self.fit_window
+                  else None)  # a week of a daily series is 7 points: too few to fit on
         period = self._steps_of(self.season) if self.season else None
         self.specs_: dict[str, ArimaSpec] = {}
         for sid, y in values.items():

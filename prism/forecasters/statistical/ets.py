@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from prism.forecasters.base import BaseForecaster, FloatArray
+from prism.forecasters.base import MIN_FIT_STEPS, BaseForecaster, FloatArray
 from prism.forecasters.statistical.holt_winters import (
     HoltWintersParams,
     fit_holt_winters,
@@ -37,7 +37,8 @@ class EtsForecaster(BaseForecaster):
             ``"profile"`` fitted ~4x faster with a day-ahead MAE within 0.5 % on average.
         fit_window: fit on the last ``fit_window`` (a duration or steps) of each series only;
             ``None`` for all of it. Shorter windows fit faster but estimate the season from
-            fewer cycles (less accurate on the Helios series at 2-3 weeks).
+            fewer cycles (less accurate on the Helios series at 2-3 weeks). At least
+            ``MIN_FIT_STEPS`` steps.
     """
 
     alias = "ets"
@@ -72,7 +73,8 @@ class EtsForecaster(BaseForecaster):
             logger.info("season %s is %d step of these series: ETS without a season",
                         self.season, period)
             period = None
-        window = self._steps_of(self.fit_window) if self.fit_window else None
+        window = (max(self._steps_of(self.fit_window), MIN_FIT_STEPS) if self.fit_window
+                  else None)  # a week of a daily series is 7 points: too few to fit on
         self.params_: dict[str, HoltWintersParams] = {}
         self.start_: dict[str, int] = {}
         for sid, y in values.items():
