@@ -238,7 +238,9 @@ def print_decomposition(summary: dict[str, Any], args: argparse.Namespace) -> No
     if len(shifts):
         _out.print(_table(shifts, title="level shifts"))
     shares = summary["variance_share"]
-    _out.print("variance share: " + ", ".join(f"{k} {v:.0%}" for k, v in shares.items()))
+    _out.print("variance share: " + ", ".join(f"{k} {v:.0%}" for k, v in shares.items())
+               + " (each part's variance over the series'; parts that move together or"
+               " against each other need not add up to 100 %)")
     if summary.get("note"):
         _err.print(f"note: {summary['note']}", markup=False)
 

@@ -93,6 +93,7 @@ def backtest_cutoffs(
         raise ConfigError(f"on_short must be 'raise' or 'skip', got {on_short!r}")
     need = h + (windows - 1) * s + MIN_TRAIN
     rows: list[dict[str, Any]] = []
+    short: dict[str, int] = {}
     for sid, group in panel.groupby(SERIES_ID, sort=True):
         n = len(group)
         if n < need:
@@ -107,16 +108,25 @@ def backtest_cutoffs(
                     "series out (a backtest of a cluster, a metric or --all skips short series "
                     "with a note; in Python, on_short='skip')"
                 )
-            logger.warning("%s; skipped", reason)
+            short[str(sid)] = n
             continue
         ts = group[TS].to_numpy()
         for w, position in enumerate(cutoff_positions(n, h, s, windows)):
             rows.append({SERIES_ID: str(sid), WINDOW: w, CUTOFF: ts[position]})
     if not rows:
+        longest = max(short.values())
+        fits = (longest - MIN_TRAIN - h) // s + 1 if longest >= h + MIN_TRAIN else 0
         raise DataContractError(
-            f"no series is long enough for {windows} window(s) of {h} step(s), {s} apart; "
-            "pass fewer windows or a shorter horizon"
+            f"no series is long enough for {windows} window(s) of {h} step(s), {s} apart "
+            f"(each needs {need} points; the longest holds {longest}): "
+            + (f"pass at most {fits} window(s), or a shorter horizon" if fits
+               else "pass a shorter horizon")
         )
+    if short:  # one line (a cluster's VCs that began late); callers say it their way
+        first = min(short, key=short.__getitem__)
+        logger.info("skipped %d series shorter than the %d points a backtest of %d "
+                       "window(s) of %d step(s), %d apart, needs (the shortest, %s, holds %d)",
+                       len(short), need, windows, h, s, first, short[first])
     out = pd.DataFrame(rows)
     out[CUTOFF] = out[CUTOFF].astype("datetime64[ns]")
     return out

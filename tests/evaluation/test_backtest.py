@@ -61,13 +61,17 @@ def test_a_short_series_raises_with_the_points_it_needs_or_is_skipped(
     need = 6 + 2 * 3 + 2  # horizon + (windows - 1) * step + 2 to fit on
     with pytest.raises(DataContractError, match=rf"'c/short/m' has 12 points.*at least {need}"):
         backtest_cutoffs(panel, horizon=6, windows=3, step=3)
-    with caplog.at_level(logging.WARNING, logger="prism.evaluation.backtest"):
+    with caplog.at_level(logging.INFO, logger="prism.evaluation.backtest"):
         out = backtest(get_forecaster("naive"), panel, horizon=6, windows=3, step=3,
                        on_short="skip")
-    assert "c/short/m" in caplog.text
+    assert f"skipped 1 series shorter than the {need} points" in caplog.text
+    assert "(the shortest, c/short/m, holds 12)" in caplog.text
     assert set(out["series_id"]) == {"c/long/m"}
-    with pytest.raises(DataContractError, match="no series is long enough"):
-        backtest_cutoffs(panel, horizon=30, windows=3, on_short="skip")
+    with pytest.raises(DataContractError, match=r"no series is long enough.*the longest holds "
+                                                r"40\): pass at most 2 window\(s\)"):
+        backtest_cutoffs(panel, horizon=34, windows=3, step=3, on_short="skip")
+    with pytest.raises(DataContractError, match="holds 40\\): pass a shorter horizon"):
+        backtest_cutoffs(panel, horizon=40, windows=3, on_short="skip")
 
 
 @pytest.mark.parametrize(("kwargs", "match"), [
