@@ -33,6 +33,7 @@ from prism.errors import PrismError
 from prism.hub import ForecastHub
 from prism.usecases import open_store
 from prism.usecases.forecast import start_hub
+from service.deps import SingleQueryValues
 from service.errors import handle_prism_error, handle_validation_error
 from service.middleware import (
     AllowedMethods,
@@ -128,7 +129,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
               "content": {"application/json": {"schema": {
                   "$ref": "#/components/schemas/ErrorOut"}}}}}
     for module in (forecast, series, ingest, decomposition, capacity, models):
-        app.include_router(module.router, responses=guarded)
+        # a scalar query parameter given twice is a 422 (it served the last one silently);
+        # GET /v1/forecast checks its own query (parse_query), POST routes take a body
+        app.include_router(module.router, responses=guarded,
+                           dependencies=[] if module in (forecast, models)
+                           else [SingleQueryValues])
     app.include_router(health.guarded_router, responses=guarded)
     app.include_router(prometheus.router, responses=guarded)
     # the last added runs first: metrics, Host check, CORS (answers preflights), token,

@@ -11,12 +11,17 @@
   pydantic refuses -> 422 (FastAPI's list of errors); a query parameter or body field the
   route does not take -> 422 naming the route's close ones and all it takes
 - anything else -> 500 ``{"detail": ...}`` (the traceback goes to the server's log)
+
+The use cases are shared with the CLI, and their messages say how to fix the input in the
+CLI's words (``pass --on-error skip``): :func:`api_wording` names the API's parameters instead
+(``on_error=skip``).
 """
 
 from __future__ import annotations
 
 import difflib
 import errno
+import json
 import logging
 import math
 import re
@@ -26,7 +31,6 @@ from fastapi import Request
 from fastapi.exception_handlers import request_validation_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel
 
 from prism.errors import (
     ConfigError,
@@ -37,6 +41,8 @@ from prism.errors import (
     PrismError,
     SeriesNotFound,
 )
+from service.deps import route_fields
+from service.schemas import IngestQuery
 
 logger = logging.getLogger(__name__)
 
@@ -66,21 +72,112 @@ def status_of(exc: PrismError) -> int:
     return 400
 
 
-def error_response(exc: PrismError) -> JSONResponse:
-    """The JSON answer to a PRISM error (with ``Retry-After`` for a model not ready)."""
+def error_response(exc: PrismError, detail: str | None = None) -> JSONResponse:
+    """The JSON answer to a PRISM error (with ``Retry-After`` for a model not ready); its
+    ``detail`` is the error's message unless given."""
     if _disk_full(exc):
         return _disk_full_response(exc)
     status = status_of(exc)
     headers = {"Retry-After": str(exc.retry_after)} if isinstance(exc, ModelNotReady) else None
     if status >= 500 or status == 413:
         logger.info("%d: %s", status, exc)
-    return JSONResponse({"detail": str(exc)}, status_code=status, headers=headers)
+    return JSONResponse({"detail": str(exc) if detail is None else detail},
+                        status_code=status, headers=headers)
 
 
 async def handle_prism_error(request: Request, exc: Exception) -> JSONResponse:
-    """Exception handler of the app for every :class:`PrismError`."""
+    """Exception handler of the app for every :class:`PrismError`: its message with the
+    CLI's flags named as the route's parameters (:func:`api_wording`)."""
     assert isinstance(exc, PrismError)
-    return error_response(exc)
+    return error_response(exc, api_wording(str(exc), request))
+
+
+#: A CLI flag, and the word after it, which may be its value (``--on-error skip``).
+_FLAG = re.compile(r"(?<![\w-])--(no-)?([a-z][a-z0-9]*(?:-[a-z0-9]+)*)"
+                   r"(?: ('[^']*'|\"[^\"]*\"|[^\s,;()]*[^\s,;:().]))?")
+#: A CLI command the message tells an operator to run (`prism refit --all`, (prism derive
+#: --fill zero)): its flags are the CLI's, and stay.
+_COMMAND = re.compile(r"`prism [^`]*`|\bprism [a-z][a-z-]*[^,;()`\n]*")
+#: Where series are derived (``--freq``, ``--fill``): a message of another route may say how
+#: to ingest again.
+_INGEST = "POST /v1/ingest"
+
+
+def api_wording(message: str, request: Request) -> str:
+    """``message`` with each CLI flag named as the API parameter a client passes instead.
+
+    A flag the route takes becomes its query parameter (``--on-error skip`` ->
+    ``on_error=skip``, ``--pool`` -> ``pool=true``, ``--no-record`` -> ``record=false``) or
+    body field (``"model": "naive"``); one only ``POST /v1/ingest`` takes (``--fill zero`` in
+    a forecast's message) is named with that route. Flags inside a CLI command the message
+    quotes (`prism refit --all`), and flags without an API twin (``--db``), stay.
+
+    Args:
+        message: a message of the use cases, worded for the CLI.
+        request: the request it answers (its route names the parameters).
+    """
+    if "--" not in message:
+        return message
+    route = request.scope.get("route")
+    sources = ((route_fields(route, "query"), False, ""), (route_fields(route, "body"), True, ""),
+               (_ingest_fields(), False, _INGEST))
+    commands = [m.span() for m in _COMMAND.finditer(message)]
+    named: set[str] = set()
+
+    def rename(match: re.Match[str]) -> str:
+        if any(start <= match.start() < end for start, end in commands):
+            return match.group(0)
+        negated, flag, value = match.group(1) is not None, match.group(2), match.group(3)
+        name = flag.replace("-", "_")
+        follows = message[match.end():match.end() + 1]
+        for fields, in_body, where in sources:
+            if name in fields:
+                text, used = _parameter(name, fields[name], negated, value, follows,
+                                        in_body=in_body)
+                if text is None:
+                    return match.group(0)
+                if where and name not in named:
+                    named.add(name)
+                    text += f" (of {where})"
+                return text if used or value is None else f"{text} {value}"
+        return match.group(0)
+
+    return _FLAG.sub(rename, message)
+
+
+def _ingest_fields() -> dict[str, dict[str, Any]]:
+    return dict(IngestQuery.model_json_schema()["properties"])
+
+
+def _parameter(name: str, schema: dict[str, Any], negated: bool, value: str | None,
+               follows: str, *, in_body: bool) -> tuple[str | None, bool]:
+    """How an API client writes a flag: ``(text, whether the value was used)``; ``None``
+    for a ``--no-...`` flag whose parameter is not a switch."""
+    kinds = [schema, *schema.get("anyOf", ())]
+    if any(k.get("type") == "boolean" for k in kinds):
+        setting = "false" if negated else "true"
+        return (f'"{name}": {setting}' if in_body else f"{name}={setting}"), False
+    if negated:
+        return None, False
+    choices = {str(c) for k in kinds for c in k.get("enum", ())}
+    is_list = any(k.get("type") == "array" for k in kinds)
+    if value is None or not (
+            value[0] in "'\"" or value[0].isdigit() or value[0].isupper() or value in choices
+            or any(c in value for c in "=-_{<") or any(c.isdigit() for c in value)
+            or (is_list and follows in (":", ","))):
+        return name, False  # the word after the flag is the message's, not a value
+    if in_body:
+        text = value.strip("'\"")
+        return f'"{name}": {text if _is_number(text) else json.dumps(text)}', True
+    return f"{name}={value}", True
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 async def handle_validation_error(request: Request, exc: Exception) -> JSONResponse:
@@ -136,25 +233,8 @@ def _unknown_message(where: str, name: str, names: list[str]) -> str:
 
 def _field_names(request: Request, where: str) -> list[str]:
     """The query parameters (``where="query"``) or top-level body fields (``"body"``) the
-    request's route takes: its models' fields, its plain parameters and the query parameters
-    it documents for parsing itself (``GET /v1/forecast``)."""
-    route = request.scope.get("route")
-    names: set[str] = set()
-    if where == "query":
-        extra = getattr(route, "openapi_extra", None) or {}
-        names = {p["name"] for p in extra.get("parameters", ()) if p.get("in") == "query"}
-    dependant = getattr(route, "dependant", None)
-    stack = [dependant] if dependant is not None else []
-    while stack:
-        node = stack.pop()
-        for field in node.query_params if where == "query" else node.body_params:
-            annotation = field.field_info.annotation
-            if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-                names.update(annotation.model_fields)
-            else:
-                names.add(field.alias)
-        stack.extend(node.dependencies)
-    return sorted(names)
+    request's route takes (:func:`service.deps.route_fields`)."""
+    return sorted(route_fields(request.scope.get("route"), where))
 
 
 def unexpected_error_response(exc: Exception) -> JSONResponse:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncGenerator
 from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query, Request, status
@@ -9,6 +10,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 from starlette.datastructures import UploadFile
+from starlette.formparsers import MultiPartException, MultiPartParser
 
 from prism.ingest.base import IngestOptions
 from prism.usecases.ingest import ingest_upload
@@ -77,12 +79,7 @@ async def _read_body(request: Request, filename: str | None
                      ) -> tuple[list[tuple[str, bytes]], list[dict[str, Any]] | None]:
     kind = _check_kind(request)
     if kind == "multipart/form-data":
-        async with request.form(max_files=100, max_fields=100) as form:
-            files = []
-            for item in form.getlist("file"):
-                if isinstance(item, UploadFile):
-                    files.append((item.filename or "upload", await item.read()))
-            return files, None
+        return await _read_form(request), None
     body = await request.body()
     if kind == "application/json":
         try:
@@ -93,6 +90,71 @@ async def _read_body(request: Request, filename: str | None
             ) from exc
         return [], [dict(r) for r in parsed.records]
     return ([(filename or "upload", body)] if body else []), None
+
+
+async def _read_form(request: Request) -> list[tuple[str, bytes]]:
+    """The files of a multipart body (field ``file``). A body the multipart parser refuses is
+    a JSON 400 saying at which line of the body, and why (a part's header line over the
+    parser's limit: a file name of thousands of characters)."""
+    where = _Where()
+
+    async def counted() -> AsyncGenerator[bytes, None]:
+        async for chunk in request.stream():
+            where.chunk = chunk
+            yield chunk
+            where.lines += chunk.count(b"\n")
+
+    parser = MultiPartParser(request.headers, counted(), max_files=100, max_fields=100)
+    try:
+        form = await parser.parse()
+    except MultiPartException as exc:
+        raise HTTPException(status.HTTP_400_BAD_REQUEST, _form_error(exc, where)) from exc
+    try:
+        return [(item.filename or "upload", await item.read())
+                for item in form.getlist("file") if isinstance(item, UploadFile)]
+    finally:
+        await form.close()
+
+
+class _Where:
+    """How far the multipart parser read: the newlines before the chunk it is on, and the
+    chunk (its errors give an offset into it)."""
+
+    def __init__(self) -> None:
+        self.lines = 0
+        self.chunk = b""
+
+    def line(self, offset: int) -> int:
+        """The line of the body at ``offset`` of the current chunk (1-based)."""
+        return self.lines + self.chunk.count(b"\n", 0, max(0, offset)) + 1
+
+
+def _form_error(exc: MultiPartException, where: _Where) -> str:
+    """What is wrong with a multipart body the parser refused, and how to fix it."""
+    cause = exc.__cause__
+    offset = getattr(cause, "offset", -1)
+    if cause is None or not isinstance(offset, int) or offset < 0:
+        return (f"the multipart body is refused: {exc.message} Send the files as "
+                "multipart/form-data parts of field `file` (curl -F file=@data.csv)")
+    line = where.line(offset)
+    if "header size" in str(cause):
+        limit = _header_limit()
+        over = f"over the limit of {limit:,} bytes" if limit else "over the parser's limit"
+        return (f"line {line:,} of the multipart body is a part header {over} (the "
+                "Content-Disposition of a file with a very long name?): keep each part's "
+                "header lines short, e.g. rename the file, or send the file as a raw body "
+                "(Content-Type: text/csv, with ?filename=NAME.csv)")
+    return (f"the multipart body is malformed at line {line:,} ({cause}): send the files as "
+            "multipart/form-data parts of field `file` (curl -F file=@data.csv)")
+
+
+def _header_limit() -> int | None:
+    """The multipart parser's limit on a part's header line (python-multipart's)."""
+    try:
+        from python_multipart.multipart import DEFAULT_MAX_HEADER_SIZE
+    except ImportError:
+        return None
+    return int(DEFAULT_MAX_HEADER_SIZE)
 
 
 def _check_kind(request: Request) -> str:

@@ -230,3 +230,88 @@ def test_a_bad_horizon_is_named_in_the_detail(client: TestClient) -> None:
         answer = client.get("/v1/forecast", params={"series_id": SERIES, "horizon": horizon})
         assert answer.status_code == 422, answer.text
         assert answer.json()["detail"].startswith("horizon: "), answer.text
+
+
+def test_error_details_name_the_api_parameters_not_the_cli_flags(
+        client: TestClient, trace: Trace, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # the use cases are the CLI's: their details told API clients to pass --on-error skip
+    bad = b"series_id,ts,value\nlab/all/gpus_in_use,2026-03-01T00:00,abc\n"
+    row = client.post("/v1/ingest", params={"format": "long-csv"},
+                      files={"file": ("bad.csv", bad)})
+    assert row.status_code == 422
+    assert "pass on_error=skip to store such rows" in row.json()["detail"]
+    for response, says in (
+            (client.post("/v1/ingest", params={"format": "jobs-xml"},
+                         files={"file": ("a.csv", b"a,b\n1,2\n")}), "pass format with one of"),
+            (client.post("/v1/ingest", params={"format": "wide-csv"},
+                         files={"file": ("a.csv", b"ts,a\n2026-01-01T00:00,1\n")}),
+             "pass cluster=NAME"),
+            (client.post("/v1/ingest", params={"format": "long-csv", "option": "colour=red"},
+                         files={"file": ("a.csv", bad)}), "option=colour: long-csv does not"),
+            (client.post("/v1/ingest", params={"format": "long-csv"},
+                         files={"file": ("a.csv", b"sid,ts,value\nx,2026-01-01,1\n")}),
+             "map them with map=CANONICAL=COLUMN"),
+            (client.get("/v1/forecast", params={"series_id": SERIES, "model": "magic"}),
+             "pass model with one of"),
+            (client.post("/v1/forecast", json={"series_ids": [SERIES], "model": "magic"}),
+             "pass model with one of")):
+        assert response.status_code == 422, response.text
+        detail = response.json()["detail"]
+        assert says in detail and "--" not in detail, detail
+    assert client.get("/v1/series", params={"cluster": "lab"}).json()["count"] == 0
+    # the CLI's own messages keep naming its flags
+    db = tmp_path / "copy.duckdb"
+    shutil.copy(trace.db, db)
+    path = tmp_path / "bad.csv"
+    path.write_bytes(bad)
+    assert main(["--db", str(db), "ingest", str(path), "--format", "long-csv"]) == 1
+    assert "--on-error skip" in capsys.readouterr().err
+
+
+def test_a_query_parameter_that_takes_one_value_given_twice_is_422(
+        client: TestClient) -> None:
+    # each served the last value without a word: a scheduler asking 1h got a day
+    for path, params, name in (
+            ("/v1/forecast", [("series_id", SERIES), ("horizon", "1h"), ("horizon", "1d")],
+             "horizon"),
+            ("/v1/capacity", [("cluster", "cluster-0"), ("quantile", "0.5"),
+                              ("quantile", "0.9")], "quantile"),
+            ("/v1/series", [("cluster", "cluster-0"), ("cluster", "lab")], "cluster"),
+            ("/v1/series/values", [("series_id", SERIES), ("series_id", SERIES)],
+             "series_id")):
+        response = client.get(path, params=params)
+        assert response.status_code == 422, (path, response.text)
+        [error] = response.json()["detail"]
+        assert error["loc"] == ["query", name]
+        assert f"query parameter {name!r} is given 2 times" in error["msg"]
+        assert error["msg"].endswith("pass it once")
+    upload = client.post("/v1/ingest", params=[("format", "long-csv"), ("cluster", "lab"),
+                                               ("cluster", "lab2")],
+                         files={"file": ("a.csv", b"series_id,ts,value\n")})
+    assert upload.status_code == 422
+    assert upload.json()["detail"][0]["loc"] == ["query", "cluster"]
+    # the parameters made to repeat still do
+    quantiles = client.get("/v1/forecast", params=[("series_id", SERIES),
+                                                   ("quantiles", "0.5"), ("quantiles", "0.9")])
+    assert quantiles.status_code == 200 and quantiles.json()["quantiles"] == [0.5, 0.9]
+    export = client.get("/v1/series/export", params=[("series_id", SERIES),
+                                                     ("series_id", "cluster-0/all/gpus_in_use"),
+                                                     ("format", "csv")])
+    assert export.status_code == 200 and export.headers["X-Prism-Series"] == "2"
+
+
+def test_a_forecast_of_a_series_too_short_to_calibrate_says_where_its_bands_come_from(
+        client: TestClient) -> None:
+    # the API's twin of the CLI's note: 30 points, no out-of-sample calibration
+    rows = "".join(f"tiny/vc/gpus_in_use,2026-03-01T{h:02d}:{m:02d}:00,{40 + (h * 7 + m) % 9}\n"
+                   for h in range(5) for m in range(0, 60, 10))
+    upload = client.post("/v1/ingest", params={"format": "long-csv"},
+                         files={"file": ("t.csv", f"series_id,ts,value\n{rows}".encode())})
+    assert upload.status_code == 200, upload.text
+    answer = client.get("/v1/forecast", params={"series_id": "tiny/vc/gpus_in_use",
+                                                "horizon": "1h", "quantiles": "0.05,0.95"})
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    assert "too few points to calibrate the bands out of sample" in body["note"]
+    assert all(hi > lo for lo, hi in zip(body["bands"]["p5"], body["bands"]["p95"], strict=True))

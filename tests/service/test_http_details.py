@@ -174,3 +174,24 @@ def test_options_with_cors_and_token(settings: Settings) -> None:
         assert client.options("/v1/forecast").status_code == 401  # /v1 needs the token
         plain = client.options("/v1/forecast", headers={"Authorization": "Bearer t0ken"})
         assert plain.status_code == 204 and "POST" in plain.headers["allow"]
+
+
+# -- an oversized line of a multipart body is a JSON 400 naming it --------------------------------
+def test_an_oversized_part_header_line_is_a_json_400_naming_line_and_limit(
+        client: TestClient, live: LiveServer) -> None:
+    # it was 400 "Invalid multipart data.": no line, no limit, no way to fix it
+    body = _multipart(("a.csv", CSV), ("b" * 5000 + ".csv", CSV))
+    line = body[:body.index(b"bbbb")].count(b"\n") + 1  # the second part's disposition
+    headers = {"Content-Type": "multipart/form-data; boundary=BND"}
+    answers = [client.post("/v1/ingest", params={"format": "long-csv"}, content=body,
+                           headers=headers),
+               httpx.post(f"{live.url}/v1/ingest", params={"format": "long-csv"},
+                          content=_chunks(body, size=1000), headers=headers, timeout=60)]
+    for response in answers:
+        assert response.status_code == 400, response.text
+        assert response.headers["content-type"] == "application/json"
+        detail = response.json()["detail"]
+        assert detail.startswith(f"line {line} of the multipart body is a part header over "
+                                 "the limit of 4,224 bytes"), detail
+        assert "rename the file" in detail
+    assert _lab_rows(client) == 0
