@@ -1,7 +1,8 @@
 """Inputs of a capacity plan: the power of a GPU, known future jobs (reservations) and
 capacity tables, read from files or the API's query values with errors that name the file, the
-line and the field, and the what-if they make of a forecast (growth and reservations).
-:mod:`prism.capacity` re-exports them."""
+line and the field, the what-if they make of a forecast (growth and reservations), and the
+warning a plan carries where its series' step is too coarse to see peaks.
+:mod:`prism.capacity` re-exports most of them."""
 
 from __future__ import annotations
 
@@ -16,9 +17,31 @@ import numpy.typing as npt
 import pandas as pd
 
 from prism.errors import ConfigError, IngestError
-from prism.schema import ALL_SCOPE, SERIES_ID, TS, split_series_id
+from prism.schema import ALL_SCOPE, SERIES_ID, TS, format_freq, split_series_id
 
 FloatArray = npt.NDArray[np.float64]
+
+#: The coarsest step a plan is sized from without a warning. GPUs in use (like every gauge,
+#: :data:`prism.schema.METRICS`) is derived as the mean over each step, so at a coarser step
+#: a burst of a few hours barely shows and the plan sizes below the peaks.
+COARSE_STEP_S = 3600
+
+
+def coarse_step_warning(freq_s: int, cluster: str) -> str | None:
+    """The plain-words warning of a plan sized from series at a step coarser than
+    :data:`COARSE_STEP_S`, with how to fix it; ``None`` at an hour or finer.
+
+    Plans (day-ahead, procurement, pool) add it to their reasons, so that the CLI, the API
+    and the report carry it; the plan is still made.
+    """
+    if freq_s <= COARSE_STEP_S:
+        return None
+    step = format_freq(int(freq_s))
+    return (f"{cluster}'s series are at a {step} step, coarser than "
+            f"{format_freq(COARSE_STEP_S)}: each value is the mean over its {step}, so peaks "
+            "within a step are not seen and this plan under-sizes; re-derive them at a finer "
+            f"step (prism series rederive --cluster {cluster} --freq 10min) or ingest with a "
+            "finer --freq")
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from prism.capacity import CapacityPlan, shared_vcs
+from prism.capacity_inputs import coarse_step_warning
 from prism.errors import ConfigError
 from prism.evaluation.pooling import PoolChoice
 from prism.schema import ALL_SCOPE, GPU_TYPE_PREFIX
@@ -54,6 +55,22 @@ class PoolAdvice:
     capacity: float | None
     net_gpus: int | None
     text: str
+
+    @property
+    def extra_gpus(self) -> int:
+        """GPUs the quotas and the pool hold beyond sizing each VC apart (above 0: the pool
+        does not pay off; 0 or below: it saves that many)."""
+        return self.pooled_gpus - self.per_vc_gpus
+
+    def keeps(self, scope: str) -> str:
+        """What a VC keeps in words: its quota of what it needs, the rest from the pool (or,
+        at a quota of all it needs, nothing from the pool but bursts above it)."""
+        quota, need = self.quotas[scope], self.needed[scope]
+        if quota + _EPS >= need:
+            return (f"keeps {quota} GPUs: all it needs ({need:.1f}"
+                    + (", rounded up" if quota > need + _EPS else "")
+                    + "), the pool only for demand above that")
+        return f"keeps {quota} GPUs of the {need:.1f} it needs; the rest from the pool"
 
     def records(self) -> dict[str, Any]:
         """As ``GET /v1/capacity?pool=true`` answers it."""
@@ -111,14 +128,8 @@ def pool_advice(plan: CapacityPlan, choice: PoolChoice) -> PoolAdvice:
     capacity = float(sum(known)) if len(known) == len(vcs) else None
     net = math.ceil(pooled - capacity - _EPS) if capacity is not None else None
     hours = (plan.rows[0].end - plan.rows[0].start).total_seconds() / 3600.0
-    text = (f"keep {pooled} GPUs for the next {hours:g} h instead of {per_vc} sized VC by VC: "
-            f"each VC keeps {choice.quota:.0%} of what it needs as its own ({sum(quotas.values())} "
-            f"GPUs) and borrows from a shared pool of {pool} GPUs "
-            f"({choice.pool:.0%} of the {per_vc} needed); over the last {choice.windows} days "
-            f"this pooling saved {choice.saved_share:.1%} of the static peak's idle GPU-hours "
-            f"with {choice.unmet_share:.2%} of demand unmet, each VC sized apart at its "
-            f"day-kind peak {choice.per_series_saved_share:.1%} with "
-            f"{choice.per_series_unmet_share:.2%}")
+    text = _text(choice, pooled=pooled, per_vc=per_vc, quotas=sum(quotas.values()), pool=pool,
+                 hours=hours)
     if net is not None and capacity is not None:
         text += (f"; the VCs have {capacity:g} GPUs installed: "
                  + (f"{net} more hold the quotas and the pool" if net > 0 else
@@ -127,7 +138,46 @@ def pool_advice(plan: CapacityPlan, choice: PoolChoice) -> PoolAdvice:
     if choice.unmet_share > choice.max_unmet + _EPS:
         text += (f"; no pooling left at most {choice.max_unmet:.2%} unmet there, so these "
                  "shares are the ones leaving least")
-    text += "; it needs a scheduler that lends quota between VCs (a Kueue cohort, a shared "
-    text += "Slurm partition)"
+    if pooled <= per_vc:
+        text += ("; it needs a scheduler that lends quota between VCs (a Kueue cohort, a "
+                 "shared Slurm partition)")
+    warning = coarse_step_warning(plan.freq_s, plan.cluster)
+    if warning is not None:
+        text += f"; {warning}"
     return PoolAdvice(plan.cluster, choice, needed, quotas, pool, per_vc, pooled, capacity,
                       net, text)
+
+
+def _text(choice: PoolChoice, *, pooled: int, per_vc: int, quotas: int, pool: int,
+          hours: float) -> str:
+    """The advice in words: a saving where the quotas and the pool hold fewer GPUs than the
+    VCs sized apart, else plainly that the pool does not pay off, by how many GPUs and why."""
+    shares = (f"each VC keeps {choice.quota:.0%} of what it needs as its own ({quotas} "
+              f"GPUs) and borrows from a shared pool of {pool} GPUs ({choice.pool:.0%} of the "
+              f"{per_vc} needed)")
+    replay = (f"over the last {choice.windows} days this pooling saved "
+              f"{choice.saved_share:.1%} of the static peak's idle GPU-hours with "
+              f"{choice.unmet_share:.2%} of demand unmet, each VC sized apart at its day-kind "
+              f"peak {choice.per_series_saved_share:.1%} with "
+              f"{choice.per_series_unmet_share:.2%}")
+    if pooled < per_vc:
+        return (f"keep {pooled} GPUs for the next {hours:g} h instead of {per_vc} sized VC by "
+                f"VC ({per_vc - pooled} fewer): {shares}; {replay}")
+    if pooled == per_vc:
+        return (f"the pool saves no GPUs here: {pooled} GPUs for the next {hours:g} h, as "
+                f"many as sized VC by VC; {shares}; {replay}")
+    # the quotas and the pool hold quota + pool of the needs: at 100 % or more, more GPUs
+    # than sizing apart. The shares are chosen for the unmet target first, so that happens
+    # where sizing each VC apart left more unmet than the target on the replayed days.
+    why = (f"sizing each VC apart left {choice.per_series_unmet_share:.2%} of demand unmet "
+           f"there, over the {choice.max_unmet:.2%} target, and the shares chosen for that target "
+           f"hold {choice.quota + choice.pool:.0%} of the VCs' needs"
+           if choice.per_series_unmet_share > choice.max_unmet + _EPS else
+           f"the shares chosen hold {choice.quota + choice.pool:.0%} of the VCs' needs, "
+           "each quota rounded up")
+    unmet = ("it leaves less demand unmet only by holding more GPUs"
+             if choice.unmet_share < choice.per_series_unmet_share - _EPS else
+             "it left no less demand unmet there either")
+    return (f"the pool does not pay off here: it needs {pooled - per_vc} GPUs more than "
+            f"sizing each VC apart ({pooled} against {per_vc} for the next {hours:g} h), as "
+            f"{why}; {shares}; {replay}: {unmet}")

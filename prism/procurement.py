@@ -36,7 +36,7 @@ series and capacities.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
@@ -256,6 +256,8 @@ def plan_procurement(
     quantile: float = 0.95,
     growth: float = 1.0,
     capacity_source: Mapping[str, str] | None = None,
+    series_ids: Sequence[str] = (),
+    until: pd.Timestamp | None = None,
 ) -> ProcurementPlan:
     """Project each scope's daily level over the horizon from its trend (module docstring).
 
@@ -267,13 +269,18 @@ def plan_procurement(
         quantile: the quantile of the residuals above the trend added as a margin.
         growth: demand growth factor on top of the trend.
         capacity_source: scope -> where its capacity came from.
+        series_ids: the series planned, each given a row (``no trend`` where it has too
+            few complete days in ``daily``, none included); the series of ``daily`` are.
+        until: the end of the history (the last step's end): with no complete day in
+            ``daily``, the horizon starts at the first midnight from it.
 
     Returns:
         The :class:`ProcurementPlan`.
 
     Raises:
         ConfigError: for a horizon, weeks, quantile or growth out of range.
-        DataContractError: for no daily levels, or series of several clusters.
+        DataContractError: for no daily levels and no ``series_ids`` and ``until`` to say
+            "no trend" for, or series of several clusters.
     """
     if not 1 <= horizon_days <= _MAX_DAYS_OUT:
         raise ConfigError(f"procurement horizon of {horizon_days} days: give 1d to "
@@ -284,15 +291,21 @@ def plan_procurement(
         raise ConfigError(f"quantile {quantile!r} must be between 0 and 1, e.g. 0.95")
     if not math.isfinite(growth) or growth <= 0:
         raise ConfigError(f"growth {growth!r} must be a positive factor such as 1.1")
-    if daily.empty:
+    if daily.empty:  # no complete day (maybe no columns either)
+        daily = pd.DataFrame({SERIES_ID: pd.Series(dtype=str),
+                              "day": pd.Series(dtype="datetime64[ns]"),
+                              "level": pd.Series(dtype=float)})
+    ids = sorted({*daily[SERIES_ID].astype(str).unique(), *map(str, series_ids)})
+    if daily.empty and (not ids or until is None):
         raise DataContractError("no complete day of history to fit a trend on; ingest more "
-                                "days (a trend needs at least 7)")
-    ids = sorted(daily[SERIES_ID].astype(str).unique())
+                                f"days (a trend needs at least {MIN_DAYS})")
     clusters = sorted({split_series_id(s)[0] for s in ids})
     if len(clusters) != 1:
         raise DataContractError(f"a procurement plan covers one cluster; got "
                                 f"{', '.join(clusters)}")
-    last_day = pd.Timestamp(daily["day"].max())
+    # the last complete day; with none, the day before the first midnight from ``until``
+    last_day = (pd.Timestamp(daily["day"].max()) if not daily.empty or until is None
+                else pd.Timestamp(until).ceil("D") - DAY)
     start = last_day + DAY
     end = start + horizon_days * DAY
     ahead = np.arange(1, horizon_days + 1, dtype=np.float64)
@@ -316,7 +329,9 @@ def plan_procurement(
                 trend_now=None, margin=None, projected_peak=None, projected_low=None,
                 projected_high=None, exceeds_on=None, needed_gpus=0, action="no trend",
                 text=f"no trend: {len(mine)} complete day(s) of history, a trend needs "
-                     f"{MIN_DAYS}", reason="too little history"))
+                     f"{MIN_DAYS}",
+                reason=f"too little history: {len(mine)} complete UTC day(s) (days with "
+                       f"every step) in the last {weeks} week(s)"))
             continue
         levels = mine["level"].to_numpy(dtype=np.float64)
         # day indices from the first fitted day (a missing day keeps its place)

@@ -267,3 +267,40 @@ def test_a_pool_is_refused_with_what_to_do(tmp_path: Path,
     assert main(["--db", str(short), *base[2:]]) != 0
     err = " ".join(capsys.readouterr().err.split())
     assert "ingest more history or plan without --pool" in err
+
+
+def test_a_pool_that_needs_more_gpus_says_it_does_not_pay_off(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """VCs that grow every day: yesterday's peak leaves demand unmet on each replayed day,
+    so the shares that meet the target keep all each VC needs plus a pool on top. That is
+    more GPUs than sizing each VC apart, and the advice says so instead of offering a
+    saving, nor says a VC takes "the rest from the pool" when it keeps all it needs."""
+    rng = np.random.default_rng(0)
+    steps = np.arange(9 * DAY)
+    db = _store(tmp_path, vcs={f"lab/vc-{c}/gpus_in_use": 10 + 3 * steps / DAY
+                               + rng.integers(0, 3, len(steps)) for c in "abc"})
+    args = ["--db", str(db), "capacity", "--cluster", "lab", "--model", "naive",
+            "--models-dir", str(tmp_path / "models"), "--no-record", "--pool"]
+    capsys.readouterr()
+    assert main([*args, "--json"]) == 0
+    pool = json.loads(capsys.readouterr().out)["pool"]
+    extra = pool["pooled_gpus"] - pool["per_vc_gpus"]
+    assert extra > 0 and pool["quota_share"] == 1.0  # the day-kind plan fell short there
+    assert pool["per_vc_unmet_share"] > pool["max_unmet"]
+    assert pool["text"].startswith(f"the pool does not pay off here: it needs {extra} GPUs "
+                                   f"more than sizing each VC apart ({pool['pooled_gpus']} "
+                                   f"against {pool['per_vc_gpus']}")
+    assert "instead of" not in pool["text"] and "saved" not in pool["text"].split(";")[0]
+    assert main(args) == 0
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "the rest from the pool" not in shown
+    for vc in pool["vcs"]:
+        assert f"{vc['scope']}: keeps {vc['quota']} GPUs: all it needs" in shown
+    assert (f"in all {pool['pooled_gpus']} GPUs, {extra} more than the "
+            f"{pool['per_vc_gpus']} sized VC by VC: the pool does not pay off here") in shown
+    report = tmp_path / "report.html"
+    assert main(["--db", str(db), "report", "--cluster", "lab", "--model", "naive",
+                 "--models-dir", str(tmp_path / "models"), "--no-record", "--pool",
+                 "--output", str(report)]) == 0
+    assert (f"<p class='warning' data-kind='pool'>The pool does not pay off here: it needs "
+            f"{extra} GPUs more than sizing each VC apart") in report.read_text()

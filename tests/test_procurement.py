@@ -228,3 +228,35 @@ def test_the_cluster_is_projected_from_its_vcs_and_never_below_zero(
     assert cluster["needed_gpus"] == max(0, math.ceil(cluster["projected_peak"] - 140 - 1e-9))
     assert cluster["reason"].startswith("the sum of the VCs' projections")
     assert "the cluster's own daily levels trend" in cluster["reason"]
+
+
+def test_no_complete_day_plans_the_day_ahead_and_says_no_trend(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Two days of history that start at 00:10 and stop at 23:40 hold no complete UTC day:
+    ``prism capacity --procurement 30d`` still prints the day-ahead plan, and every scope's
+    procurement row (the CLI's and the use case the API calls) says "no trend" and why."""
+    steps = 2 * 144 - 3  # 00:10 on day 1 to 23:40 on day 2
+    wave = 20 + 5 * np.sin(2 * np.pi * np.arange(steps) / 144)
+    db = write_series_store(tmp_path, {
+        "lab/vc-a/gpus_in_use": wave, "lab/vc-b/gpus_in_use": wave + 5,
+        "lab/all/gpus_in_use": 2 * wave + 5}, "cluster,scope,gpus\nlab,vc-a,40\n"
+        "lab,vc-b,40\nlab,all,80\n", start=START + pd.Timedelta(minutes=10))
+    capsys.readouterr()
+    argv = ["--db", str(db), "capacity", "--cluster", "lab", "--model", "naive",
+            "--models-dir", str(tmp_path / "models"), "--no-record", "--procurement", "30d"]
+    assert main([*argv, "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert {r["scope"] for r in printed["rows"]} == {"all", "vc-a", "vc-b"}  # the day ahead
+    rows = {r["scope"]: r for r in printed["procurement"]["rows"]}
+    assert set(rows) == {"all", "vc-a", "vc-b"}
+    for row in rows.values():
+        assert (row["action"], row["days_fitted"], row["needed_gpus"]) == ("no trend", 0, 0)
+        assert row["projected_peak"] is None and "a trend needs 7" in row["text"]
+        assert "0 complete UTC day(s)" in row["reason"]
+        assert row["start"].startswith(f"{START + pd.Timedelta(days=2):%Y-%m-%d}")
+    with usecases.open_store(db) as store:  # what GET /v1/capacity?procurement=30d calls
+        plan = plan_cluster_procurement(store, "lab", horizon="30d", scope="vc-a")
+    assert [(r.scope, r.action) for r in plan.rows] == [("vc-a", "no trend")]
+    assert main(argv) == 0
+    shown = capsys.readouterr().out
+    assert "lab procurement" in shown and "vc-b: no trend: 0 complete day(s)" in shown

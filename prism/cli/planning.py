@@ -254,15 +254,19 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
 def print_pool(pool: PoolAdvice) -> None:
     """The shared-pool alternative: each VC's quota and the pool, and why."""
     _out.print("shared pool (the alternative to sizing each VC apart):")
-    for vc in pool.records()["vcs"]:
-        _out.print(f"  {vc['scope']}: keeps {vc['quota']} GPUs of the {vc['needed']:.1f} it "
-                   "needs; the rest from the pool", markup=False)
-    _out.print(f"  pool: {pool.pool_gpus} GPUs; in all {pool.pooled_gpus} GPUs against "
-               f"{pool.per_vc_gpus} sized VC by VC"
-               + (f" and the VCs' {pool.capacity:g} installed" if pool.capacity else "")
-               + (f": add {pool.net_gpus}" if pool.net_gpus and pool.net_gpus > 0 else
-                  f": {-pool.net_gpus} spare" if pool.net_gpus and pool.net_gpus < 0 else ""),
-               markup=False)
+    for scope in sorted(pool.quotas):
+        _out.print(f"  {scope}: {pool.keeps(scope)}", markup=False)
+    installed = (f"the VCs' {pool.capacity:g} installed" if pool.capacity else "")
+    change = (f"add {pool.net_gpus}" if pool.net_gpus and pool.net_gpus > 0 else
+              f"{-pool.net_gpus} spare" if pool.net_gpus and pool.net_gpus < 0 else "")
+    if pool.extra_gpus > 0:  # more GPUs than sizing apart: not a saving, whatever it adds
+        line = (f"in all {pool.pooled_gpus} GPUs, {pool.extra_gpus} more than the "
+                f"{pool.per_vc_gpus} sized VC by VC: the pool does not pay off here"
+                + (f" ({installed}: {change})" if installed and change else ""))
+    else:
+        line = (f"in all {pool.pooled_gpus} GPUs against {pool.per_vc_gpus} sized VC by VC"
+                + (f" and {installed}" if installed else "") + (f": {change}" if change else ""))
+    _out.print(f"  pool: {pool.pool_gpus} GPUs; {line}", markup=False)
     _out.print(f"  why: {pool.text}", markup=False)
 
 
@@ -295,9 +299,8 @@ def print_procurement(plan: ProcurementPlan) -> None:
                       f"trend of the daily peaks over {plan.weeks} weeks)"))
     _out.print("procurement:")
     for r in plan.rows:
-        _out.print(f"  {r.scope}: {r.text}")
-        if r.days_fitted:
-            _out.print(f"    {r.reason}", markup=False)
+        _out.print(f"  {r.scope}: {r.text}", markup=False)
+        _out.print(f"    {r.reason}", markup=False)
 
 
 def print_plan(plan: CapacityPlan, *, growth: float = 1.0,
@@ -363,7 +366,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     # one step per cluster (counted as the source forecasts): a bar once the clusters are
     # named, else a count without a total; the use case's own stages where it reports them
     total = len(args.cluster) if args.cluster else 0
-    with (progress_bar(progress_wanted(args.quiet)) as bar,
+    with (_plain_warnings(), progress_bar(progress_wanted(args.quiet)) as bar,
           usecases.open_store(args.db, must_exist=True) as store):
         if bar is not None:
             bar("clusters", 0, total)

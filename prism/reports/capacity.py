@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from prism.capacity import CapacityPlan
+from prism.capacity_inputs import coarse_step_warning
 from prism.capacity_pool import PoolAdvice
 from prism.errors import ConfigError
 from prism.evaluation.planning import YESTERDAY, versus_reference
@@ -214,6 +215,9 @@ def _cluster_html(section: ClusterSection, data: ReportData) -> str:
                    f"(UTC); energy at {plan.watts.idle:g} W idle and {plan.watts.busy:g} W busy "
                    "per GPU.</p>")
     out.append("<h3>Capacity and recommendations</h3>")
+    coarse = coarse_step_warning(plan.freq_s, section.cluster)
+    if coarse is not None:  # each row's reason says it too, as the CLI and the API do
+        out.append(f"<p class='warning' data-kind='coarse-step'>{escape(coarse)}.</p>")
     for name, why in stale.items():
         out.append(f"<p class='warning' data-kind='stale' data-scope='{escape(name)}'>"
                    f"{escape(name)} has no current data: {escape(why)}. Its row plans a "
@@ -265,7 +269,10 @@ def _pool_html(pool: PoolAdvice) -> str:
               f"<tr data-scope='total'><td>in all</td><td class='num' data-field='needed' "
               f"data-value='{pool.per_vc_gpus}'>{pool.per_vc_gpus}</td><td class='num' "
               f"data-field='quota' data-value='{pool.pooled_gpus}'>{pool.pooled_gpus}</td></tr>")
-    return ("<h4>Shared pool (an alternative to sizing each VC apart)</h4>"
+    costly = (f"<p class='warning' data-kind='pool'>The pool does not pay off here: it needs "
+              f"{pool.extra_gpus} GPUs more than sizing each VC apart ({pool.pooled_gpus} "
+              f"against {pool.per_vc_gpus}).</p>" if pool.extra_gpus > 0 else "")
+    return ("<h4>Shared pool (an alternative to sizing each VC apart)</h4>" + costly +
             "<table class='pool'><thead><tr><th>VC</th><th>GPUs needed, sized apart</th>"
             "<th>GPUs it keeps (quota)</th></tr></thead><tbody>" + cells + totals
             + f"</tbody></table><p class='meta' data-kind='pool'>{escape(pool.text)}.</p>")

@@ -22,14 +22,14 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pandas as pd
 
 from prism.errors import ConfigError, IngestError, SeriesNotFound
 from prism.progress import Progress
 from prism.schema import ALL_SCOPE, GPU_TYPE_PREFIX, SERIES_ID, TS, freq_seconds, split_series_id
+from prism.usecases.saved_models import SavedModels as SavedModels  # the CLI's source
 
 if TYPE_CHECKING:
     from prism.capacity import CapacityPlan, Reservation, Watts
@@ -39,6 +39,9 @@ if TYPE_CHECKING:
     from prism.usecases.forecast import ForecastSource
 
 logger = logging.getLogger(__name__)
+
+#: A plan's row (day-ahead or procurement): a dataclass with a ``reason``.
+_Row = TypeVar("_Row", bound=Any)
 
 #: Series a capacity plan sizes each scope on, preferred first (``gpu_demand`` only for a
 #: scope without GPUs in use).
@@ -243,6 +246,7 @@ def plan_cluster_capacity(
             reservation, or while the hub fits a model.
     """
     from prism.capacity import DISTRIBUTION_LEVELS, plan_capacity
+    from prism.capacity_inputs import coarse_step_warning
     from prism.day_kind import WEEK_DAYS
     from prism.queue_fit import fits_at
 
@@ -285,11 +289,22 @@ def plan_cluster_capacity(
         plan = replace(plan, rows=tuple(
             replace(r, reason=f"{r.reason}; {why[r.scope]}") if r.scope in why else r
             for r in plan.rows))
+    plan = replace(plan, rows=_warned(plan.rows, coarse_step_warning(freq_s, cluster)))
     if progress is not None:
         progress("plan", 1, 1)
     if record is not None:
         record_plan(store, plan, model=source.label, served_by=record, growth=growth)
     return plan.only(scope) if scope is not None else plan
+
+
+def _warned(rows: Sequence[_Row], warning: str | None) -> tuple[_Row, ...]:
+    """``rows`` with ``warning`` added to each reason (and logged: the CLI prints it once as
+    a ``warning:`` line); unchanged without one. Every row carries it, so that one scope's
+    plan (``--scope``, ``scope=``) does too."""
+    if warning is None:
+        return tuple(rows)
+    logger.warning("%s", warning)
+    return tuple(replace(r, reason=f"{r.reason}; {warning}") for r in rows)
 
 
 def _day_floor(history: pd.DataFrame, sizing: pd.DataFrame, at: pd.Timestamp,
@@ -657,13 +672,15 @@ def plan_cluster_procurement(
         progress: called as ``progress("procure", done, total)``.
 
     Returns:
-        The :class:`~prism.procurement.ProcurementPlan`.
+        The :class:`~prism.procurement.ProcurementPlan`: one row per scope, ``no trend``
+        where its series has under 7 complete days (also none at all), and the day-ahead
+        plan's warning in each reason where the series' step is coarser than an hour.
 
     Raises:
         SeriesNotFound: for an unknown cluster or scope.
         ConfigError: for a bad horizon, weeks, quantile or growth.
-        DataContractError: for no complete day of history.
     """
+    from prism.capacity_inputs import coarse_step_warning
     from prism.procurement import daily_levels, plan_procurement
     from prism.queue_fit import fits_at
 
@@ -693,100 +710,16 @@ def plan_cluster_procurement(
                                     "value": queued.to_numpy()}).dropna())
     queue = pd.concat(queues, ignore_index=True) if queues else None
     daily = daily_levels(in_use, freq_s=freq_s, queue=queue)
+    # every sized series gets a row, "no trend" where it has too few complete days (none
+    # at all: the horizon starts at the first midnight after its last step)
     plan = plan_procurement(daily, gpus, horizon_days=days, weeks=int(weeks),
                             quantile=float(quantile), growth=float(growth),
-                            capacity_source=where)
-    plan = replace(plan, rows=tuple(
+                            capacity_source=where, series_ids=sizing_ids,
+                            until=end + pd.Timedelta(seconds=freq_s))
+    plan = replace(plan, rows=_warned(tuple(
         replace(r, reason=f"{r.reason}; the queue{fits[r.scope].words()}")
-        if r.scope in fits and fits[r.scope].share < 1 else r for r in plan.rows))
+        if r.scope in fits and fits[r.scope].share < 1 else r for r in plan.rows),
+        coarse_step_warning(freq_s, cluster)))
     if progress is not None:
         progress("procure", 1, 1)
     return plan.only(scope) if scope is not None else plan
-
-
-class SavedModels:
-    """Forecasts by the newest saved model of each series (the CLI's default), as the API's
-    hub serves them: the newest registry model of the alias and hyperparameters fitted on
-    the series, updated with the points stored since. Series without one (or all, with
-    ``refit``) are fitted now, together, and the model is saved, so that later runs and the
-    server use it too. ``notes`` says what was done.
-
-    Args:
-        model: the forecaster's alias.
-        params: its hyperparameters as text, typed as their defaults.
-        models_dir: the registry (default ``PRISM_MODELS_DIR`` or ``./models``).
-        refit: fit a new model on every series, even those with a saved one.
-
-    Raises:
-        ConfigError: for an unknown model or parameter.
-    """
-
-    def __init__(self, model: str = "prism", params: dict[str, str] | None = None, *,
-                 models_dir: str | Path | None = None, refit: bool = False) -> None:
-        from prism.forecasters.params import typed_params
-        from prism.hub.types import spec_key
-
-        self._model = model
-        self._params = dict(params or {})
-        self._key = spec_key(model, typed_params(model, self._params))
-        self._models_dir = models_dir
-        self._refit = refit
-        self.notes: list[str] = []
-
-    @property
-    def label(self) -> str:
-        """The model key (``prism``, or ``prism[use_rnn=false]``)."""
-        return self._key
-
-    def forecast(self, store: Store, series_ids: list[str], horizon: str,
-                 levels: list[float]) -> tuple[pd.DataFrame, int]:
-        """Forecast with the saved models; fit (and save) one for the series without."""
-        from prism import registry
-        from prism.config import get_settings
-        from prism.hub.types import spec_key
-        from prism.usecases.forecast import forecast_series
-
-        root = (Path(self._models_dir) if self._models_dir is not None
-                else get_settings().models_dir)
-        newest: dict[str, str] = {}
-        for record in registry.list_models(root, alias=self._model):  # newest first
-            try:
-                key = spec_key(record.alias, record.params)
-            except ConfigError:
-                continue
-            if key == self._key:
-                for sid in record.series_ids:
-                    newest.setdefault(sid, record.model_id)
-        by_model: dict[str, list[str]] = {}
-        missing = list(series_ids) if self._refit else [s for s in series_ids if s not in newest]
-        for sid in series_ids:
-            if sid not in missing:
-                by_model.setdefault(newest[sid], []).append(sid)
-        frames = []
-        used = []
-        for model_id, sids in sorted(by_model.items()):
-            # a saved model fitted on other data (another store's) is refitted and saved
-            result = forecast_series(store, sids, horizon=horizon, quantiles=levels,
-                                     model=self._model, from_model=model_id,
-                                     models_dir=root, save=True)
-            frames.append(result.frame)
-            if result.refitted:
-                self.notes.append(f"{model_id}: {result.refitted}")
-            else:
-                used.append(model_id)
-        if used:
-            self.notes.append(f"forecast by the saved {self._key} model(s) "
-                              f"{', '.join(used)} in {root} (updated to the stored "
-                              "data); --refit fits a new one")
-        if missing:
-            done = forecast_series(store, missing, horizon=horizon, quantiles=levels,
-                                   model=self._model, params=self._params, save=True,
-                                   models_dir=root)
-            why = "--refit" if self._refit else "no saved model of them"
-            self.notes.append(f"fitted {self._key} now on {len(missing)} series ({why}) and "
-                              f"saved it as {done.model_id} in {root}")
-            frames.append(done.frame)
-        frame = pd.concat(frames, ignore_index=True)
-        freq = store.list_series().set_index(SERIES_ID).loc[series_ids[0], "freq"]
-        return frame, freq_seconds(str(freq))
-
