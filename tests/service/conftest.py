@@ -124,6 +124,9 @@ class LiveServer:
 
 @pytest.fixture
 def live(settings: Settings) -> Iterator[LiveServer]:
-    """A real uvicorn server on a free loopback port, stopped after the test."""
+    """A real uvicorn server on a free loopback port, stopped after the test, once the default
+    model's warm-up fit has run (as :func:`started` waits: on a loaded machine the warm-up
+    outlasted a client's retries of ``/readyz``'s 503)."""
     with LiveServer(create_app(settings)) as server:
+        assert server.app.state.hub.wait_ready(120), "the hub never became ready"
         yield server
