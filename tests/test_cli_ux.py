@@ -152,8 +152,11 @@ def test_db_after_the_command_wins(tmp_path: Path, db: str,
     assert main(["--db", db, "series", "show", SID, "--tail", "1"]) == 0  # before: as ever
 
 
-def test_quiet_before_or_after_the_command(tmp_path: Path,
+def test_quiet_before_or_after_the_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                            capsys: pytest.CaptureFixture[str]) -> None:
+    from prism.cli import common
+
+    monkeypatch.setattr(common.err, "_force_terminal", True)  # bars are a terminal's only
     nodes = tmp_path / "nodes.csv"
     store = str(tmp_path / "q.duckdb")
     for i, argv in enumerate((["--db", store, "-q", "ingest"], ["--db", store, "ingest"])):
@@ -223,6 +226,18 @@ def test_parquet_on_stdout_is_the_panel(db: str) -> None:
     assert done.stdout[:4] == b"PAR1" and b"to stdout" in done.stderr
     panel = pd.read_parquet(io.BytesIO(done.stdout))
     assert panel["series_id"].unique().tolist() == [SID] and len(panel) > 700
+
+
+def test_a_reader_that_stops_early_gets_no_traceback(db: str) -> None:
+    """``prism series export --output - | head``: a pipe closed before the data is written
+    raised BrokenPipeError, with a traceback and exit 1. (``true`` reads nothing: the pipe
+    is closed by the time PRISM has started.)"""
+    done = subprocess.run(
+        ["bash", "-c", f"{sys.executable} -m prism.cli series export --output - --format csv"
+                       f" --db {db} | true; echo rc=${{PIPESTATUS[0]}}"],
+        capture_output=True, timeout=300)
+    assert b"Traceback" not in done.stderr and b"BrokenPipe" not in done.stderr, done.stderr
+    assert done.stdout.strip() == b"rc=0", done.stdout
 
 
 def test_capacity_steps_to_stdout_and_json_times(db: str, tmp_path: Path,

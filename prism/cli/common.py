@@ -58,8 +58,9 @@ def progress_wanted(quiet: bool) -> bool:
 def progress_bar(enabled: bool, *, eta: bool = False,
                  ) -> Iterator[Callable[[str, int, int], None] | None]:
     """A rich progress bar on stderr, one line per stage: yields ``update(stage, done,
-    total)``, or None when not ``enabled``."""
-    if not enabled:
+    total)``, or None when not ``enabled`` or stderr is no terminal (a log file or a pipe
+    gets no bars: :func:`progress_wanted`)."""
+    if not enabled or not err.is_terminal:
         yield None
         return
     from rich.progress import (
@@ -146,13 +147,18 @@ def print_records(frame: pd.DataFrame) -> None:
 
 def write_stdout(data: bytes) -> None:
     """Bytes on standard output, as they are (CSV, JSON or Parquet of ``--output -``)."""
-    sys.stdout.flush()
-    buffer = getattr(sys.stdout, "buffer", None)
-    if buffer is None:  # a text stream without bytes (some test harnesses)
-        sys.stdout.write(data.decode("utf-8", errors="replace"))
-    else:
-        buffer.write(data)
-        buffer.flush()
+    try:
+        sys.stdout.flush()
+        buffer = getattr(sys.stdout, "buffer", None)
+        if buffer is None:  # a text stream without bytes (some test harnesses)
+            sys.stdout.write(data.decode("utf-8", errors="replace"))
+        else:
+            buffer.write(data)
+            buffer.flush()
+    except BrokenPipeError:  # `| head` has read what it wanted: stop quietly, as cat does
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # Python's flush at exit must not fail again
+        os.close(devnull)
 
 
 def write_output(frame: pd.DataFrame, output: str, fmt: str | None) -> str:
