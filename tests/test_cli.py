@@ -161,8 +161,15 @@ def test_datasets_list_and_download_then_ingest(tmp_path: Path, traces: Path,
 
 
 def test_ingest_shows_progress_on_stderr(tmp_path: Path, jobs_file: Path,
+                                         monkeypatch: pytest.MonkeyPatch,
                                          capsys: pytest.CaptureFixture[str]) -> None:
+    from prism.cli import common
+
     db = str(tmp_path / "prism.duckdb")
+    assert main(["--db", db, "ingest", str(jobs_file), "--format", "jobs-csv"]) == 0
+    assert "read" not in capsys.readouterr().err  # stderr is no terminal: no bars
+    db = str(tmp_path / "again.duckdb")
+    monkeypatch.setattr(common.err, "_force_terminal", True)
     assert main(["--db", db, "ingest", str(jobs_file), "--format", "jobs-csv"]) == 0
     captured = capsys.readouterr()
     for stage in ("read", "rows", "write", "derive"):
