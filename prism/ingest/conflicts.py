@@ -5,6 +5,11 @@
   (re-ingesting the same samples in other bytes changes nothing, a corrected export replaces
   what it corrects). Rows of one file at the same ``(series_id, ts)`` all stay: they are
   aggregated into their bucket like any samples of one bucket (mean, or sum for counts).
+- **A job is identified by** ``(cluster, job_id)``: :func:`replace_jobs` drops the rows that
+  earlier ingests (not of this run) stored for the job ids a new file has, so the newest
+  ingest's row of a job counts (a daily export that sees a job finish corrects the RUNNING row
+  of the day before; re-ingesting the same rows in other bytes changes nothing). A job id in two
+  files of one run, or twice in one file, is still refused (:mod:`prism.ingest.pipeline`).
 - **One series, one source**: :func:`check_sources` refuses samples of a series id that the
   jobs of the same cluster derive (``C/all/gpus_in_use`` from a ``long-csv`` and from a
   ``jobs-csv`` of cluster ``C``), in either order; the series would get two rows per bucket.
@@ -20,14 +25,14 @@ Each check names the file (and, for a file of this run, the line) and says how t
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from prism.errors import IngestError
 from prism.ingest.base import LINE
 from prism.ingest.spans import Reread
-from prism.schema import ALL_SCOPE, GPU_TYPE_PREFIX, SCOPE_BAD_CHARS
+from prism.schema import ALL_SCOPE, GPU_TYPE_PREFIX, JOB_COLUMNS, SCOPE_BAD_CHARS
 from prism.store import Store
 
 logger = logging.getLogger(__name__)
@@ -41,21 +46,82 @@ Run = Mapping[int, tuple[Path, Reread]]
 
 @dataclass(frozen=True)
 class Replaced:
-    """What a file's samples did to those stored before (counted by ``(series_id, ts)``)."""
+    """What a file's samples (counted by ``(series_id, ts)``) or jobs (by ``(cluster,
+    job_id)``) did to those stored before."""
 
     #: stored with another value: the file's value replaced it
     changed: int = 0
     #: stored with the same value: nothing changed
     same: int = 0
+    #: what was counted: ``samples`` or ``jobs``
+    kind: str = "samples"
 
     def note(self) -> str:
         """The words of the ingest summary (empty when nothing was stored before)."""
         parts = []
+        if self.kind == "jobs":
+            if self.changed:
+                parts.append(f"{self.changed:,} job(s) replaced the row an earlier ingest "
+                             "stored for the same job id (the newest ingest wins)")
+            if self.same:
+                parts.append(f"{self.same:,} job(s) already stored with the same row")
+            return "; ".join(parts)
         if self.changed:
             parts.append(f"{self.changed:,} replaced stored values at the same series and time")
         if self.same:
             parts.append(f"{self.same:,} already stored with the same value")
         return "; ".join(parts)
+
+
+#: The job columns two rows of one job are compared on (besides the key).
+_JOB_FIELDS = tuple(c for c in JOB_COLUMNS if c not in ("cluster", "job_id"))
+
+
+def replace_jobs(store: Store, ingest_id: int, clusters: Sequence[str],
+                 run: Collection[int]) -> Replaced:
+    """Make the jobs of ``ingest_id`` the only rows of their ``(cluster, job_id)`` outside this
+    run: delete the rows earlier ingests stored for them, and count how many of those differed.
+
+    The series are derived again over the cluster's whole observation window afterwards
+    (:func:`prism.derive.derive_clusters`), which holds the old row's span too, so nothing of
+    the replaced row is left in them.
+
+    Args:
+        store: the store (inside the ingest's transaction).
+        ingest_id: the ingest just written.
+        clusters: its clusters (the other rows are only looked for there).
+        run: the other ingests of this run: their rows are not replaced (a job id in two files
+            of one run is refused by the caller).
+
+    Returns:
+        How many job ids of the file changed a stored row, and how many were stored with the
+        same row.
+    """
+    others = [i for i in run if i != ingest_id]
+    params = [ingest_id, others, list(clusters)]
+    if store.fetch_one(
+            """SELECT 1 FROM jobs WHERE ingest_id <> ?
+               AND NOT list_contains(?::BIGINT[], ingest_id) AND list_contains(?, cluster)
+               LIMIT 1""", params) is None:
+        return Replaced(kind="jobs")  # the usual first ingest of a cluster
+    same_row = " AND ".join(f"o.{c} IS NOT DISTINCT FROM n.{c}" for c in _JOB_FIELDS)
+    row = store.fetch_one(
+        f"""WITH n AS (SELECT * FROM jobs WHERE ingest_id = ?),
+           o AS (SELECT * FROM jobs WHERE ingest_id <> ?
+                 AND NOT list_contains(?::BIGINT[], ingest_id) AND list_contains(?, cluster))
+           SELECT count(DISTINCT (o.cluster, o.job_id)) FILTER (WHERE NOT ({same_row})),
+                  count(DISTINCT (o.cluster, o.job_id)) FILTER (WHERE {same_row})
+           FROM o JOIN n ON o.cluster = n.cluster AND o.job_id = n.job_id""",
+        [ingest_id, *params])
+    changed, same = (int(row[0]), int(row[1])) if row else (0, 0)
+    if changed or same:
+        store.execute(
+            """DELETE FROM jobs USING (
+                   SELECT DISTINCT cluster, job_id FROM jobs WHERE ingest_id = ?) AS n
+               WHERE jobs.cluster = n.cluster AND jobs.job_id = n.job_id
+                 AND jobs.ingest_id <> ? AND NOT list_contains(?::BIGINT[], jobs.ingest_id)""",
+            [ingest_id, ingest_id, others])
+    return Replaced(changed, same, "jobs")
 
 
 def replace_samples(store: Store, ingest_id: int, clusters: Sequence[str]) -> Replaced:

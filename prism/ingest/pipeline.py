@@ -3,7 +3,10 @@
 The transaction holds the ``ingests`` rows, the canonical rows, the rejects and the re-derived
 series of every affected cluster, so a failed run (bad row, duplicate job id, crash, SIGKILL)
 leaves the store as it was. A file whose content (bytes + format + options that change the
-result) was ingested before is skipped: re-ingesting is a no-op.
+result) was ingested before is skipped: re-ingesting is a no-op. A job (``cluster, job_id``) or
+sample (``series_id, ts``) that an earlier ingest stored is replaced by the newer ingest's row
+(:mod:`prism.ingest.conflicts`); a job id in two files of one run, or twice in one file, is
+refused.
 """
 
 from __future__ import annotations
@@ -33,7 +36,13 @@ from prism.ingest.base import (
     SlowPath,
 )
 from prism.ingest.checks import MAX_PROBLEMS
-from prism.ingest.conflicts import Replaced, check_scopes, check_sources, replace_samples
+from prism.ingest.conflicts import (
+    Replaced,
+    check_scopes,
+    check_sources,
+    replace_jobs,
+    replace_samples,
+)
 from prism.ingest.spans import Reread, check_spans
 from prism.progress import Progress
 from prism.schema import (
@@ -69,9 +78,10 @@ class FileReport:
     #: what the rows stand for, where it is not one per input row (:attr:`Batch.note`), and
     #: what the file's samples did to those stored before
     note: str = ""
-    #: samples at a (series_id, ts) stored before with another value, which this file replaced
+    #: samples at a (series_id, ts), or jobs of a (cluster, job_id), stored before with another
+    #: value, which this file replaced
     replaced: int = 0
-    #: samples at a (series_id, ts) stored before with the same value (nothing changed)
+    #: samples or jobs stored before with the same value (nothing changed)
     same: int = 0
 
 
@@ -99,7 +109,8 @@ class IngestReport:
 
     @property
     def replaced(self) -> int:
-        """Stored samples whose value the run replaced (same series and time, newest wins)."""
+        """Stored samples (same series and time) and jobs (same cluster and job id) whose value
+        the run replaced (newest wins)."""
         return sum(f.replaced for f in self.files)
 
     @property
@@ -182,7 +193,7 @@ def ingest(
     if not files:
         raise ConfigError("no files to ingest: pass one or more paths")
     native = native and not store.in_transaction  # a DuckDB read error aborts the transaction
-    # Repeated job ids are looked for once per run, after all files (a check per file hashes
+    # Job ids repeated within the run are looked for once, after all files (a check per file hashes
     # the rows of every file before it again); when there is one, the run is rolled back and
     # written again with a check per file, which names the rows.
     defer = len(files) > 1
@@ -242,19 +253,21 @@ def _ingest(
     run: dict[int, tuple[Path, Reread]] = {}  # ingest id -> file of this run
     with store.transaction():
         for n, (i, path, digest, source) in enumerate(pending, 1):
-            fast: tuple[int, int, list[str]] | None = None
+            fast: tuple[int, int, list[str], Replaced] | None = None
             reader = ""
             if isinstance(source, FileScan):  # a row failing a check: the checked reader
                 fast, reader = _write_native(store, path, fmt, digest, source, options,
-                                             progress, not defer), "duckdb"
+                                             progress, not defer, run), "duckdb"
             elif not isinstance(source, Batch):
                 fast, reader = _write_stream(store, path, fmt, digest, source, options,
-                                             progress, not defer), "arrow"
+                                             progress, not defer, run), "arrow"
             if fast is not None:
-                ingest_id, rows, clusters = fast
+                ingest_id, rows, clusters, replaced = fast
                 run[ingest_id] = (path, reread)
                 touched.update(clusters)
-                done[i] = FileReport(str(path), "ingested", rows, 0, ingest_id, reader=reader)
+                done[i] = FileReport(str(path), "ingested", rows, 0, ingest_id, reader=reader,
+                                     note=replaced.note(), replaced=replaced.changed,
+                                     same=replaced.same)
                 if progress:
                     progress("write", n, len(pending))
                 continue
@@ -388,12 +401,14 @@ def _clusters_named(store: Store, options: IngestOptions, touched: set[str]) -> 
 def _write_native(
     store: Store, path: Path, fmt: str, digest: str, scan: FileScan, options: IngestOptions,
     progress: Progress | None = None, check_repeats: bool = True,
-) -> tuple[int, int, list[str]] | None:
+    run: Mapping[int, object] | None = None,
+) -> tuple[int, int, list[str], Replaced] | None:
     """Insert a file with DuckDB's own reader, then check its rows in SQL.
 
-    Returns ``(ingest_id, rows, clusters)``, or ``None`` when a row fails a check or (with
-    ``check_repeats``) a job id repeats: its rows are deleted and the caller reads the file
-    with a reader that names the row.
+    Returns ``(ingest_id, rows, clusters, replaced)``, or ``None`` when a row fails a check or
+    (with ``check_repeats``) a job id repeats in this run (``run``: its earlier ingests): its
+    rows are deleted and the caller reads the file with a reader that names the row. Rows of
+    earlier runs with this file's job ids are replaced.
 
     Raises:
         FileScanError: when DuckDB cannot parse the file (the transaction is aborted).
@@ -413,7 +428,7 @@ def _write_native(
     bad, found, first, last = store.fetch_one(_NATIVE_CHECK_SQL, [
         EARLIEST_TS.to_pydatetime(), LATEST_TS.to_pydatetime(), ingest_id]) or (0, [], None, None)
     clusters = sorted(found)
-    if rows == 0 or bad or (check_repeats and _duplicates(store, ingest_id, clusters)
+    if rows == 0 or bad or (check_repeats and _duplicates(store, ingest_id, clusters, run)
                             is not None):
         logger.info("%s: %s; reading it with the checked reader", path,
                     "no rows" if rows == 0 else "a row fails a check")
@@ -421,10 +436,11 @@ def _write_native(
         return None
     if progress:
         progress("rows", rows, rows)
+    replaced = replace_jobs(store, ingest_id, clusters, list(run or ()))
     _record_ingest(store, ingest_id, digest, fmt, path, ",".join(clusters), "jobs", rows, 0,
                    first, last, options)
     logger.info("%s: %d rows (DuckDB reader) as ingest %d", path, rows, ingest_id)
-    return ingest_id, rows, clusters
+    return ingest_id, rows, clusters, replaced
 
 
 # The checks of checks.check_jobs over one ingest's rows (NULL comparisons count as passing),
@@ -444,17 +460,22 @@ _NATIVE_CHECK_SQL = """
     FROM jobs, bounds WHERE ingest_id = ?"""
 
 
-def _duplicates(store: Store, ingest_id: int, clusters: list[str]) -> pd.DataFrame | None:
-    """The (cluster, job_id) keys of this ingest that are in ``jobs`` more than once, with how
-    many copies came from earlier ingests (``before``); ``None`` when there are none."""
+def _duplicates(store: Store, ingest_id: int, clusters: list[str],
+                run: Mapping[int, object] | None) -> pd.DataFrame | None:
+    """The (cluster, job_id) keys of this ingest that are more than once in the rows of this
+    run (``run``: its earlier ingests; the rows of earlier runs are replaced, not repeats), with
+    how many copies came from the run's other files (``before``); ``None`` when there are
+    none."""
     if not _hashes_repeat(store, clusters):
         return None
-    dupes = store.fetch_df(_DUPLICATES_SQL, [ingest_id, clusters, ingest_id])
+    ids = [ingest_id, *(run or ())]
+    dupes = store.fetch_df(_DUPLICATES_SQL, [ingest_id, clusters, ids, ingest_id])
     return None if dupes.empty else dupes
 
 
 def _any_repeat(store: Store, clusters: list[str]) -> bool:
-    """Whether any (cluster, job_id) of these clusters is in ``jobs`` more than once."""
+    """Whether any (cluster, job_id) of these clusters is in ``jobs`` more than once (after
+    each file of the run replaced the rows of earlier runs: a repeat within the run)."""
     return _hashes_repeat(store, clusters) and store.fetch_one(
         """SELECT 1 FROM jobs WHERE list_contains(?, cluster) GROUP BY cluster, job_id
            HAVING count(*) > 1 LIMIT 1""", [clusters]) is not None
@@ -476,12 +497,14 @@ def _hashes_repeat(store: Store, clusters: list[str]) -> bool:
 def _write_stream(
     store: Store, path: Path, fmt: str, digest: str, chunks: Iterator[pa.Table],
     options: IngestOptions, progress: Progress | None = None, check_repeats: bool = True,
-) -> tuple[int, int, list[str]] | None:
+    run: Mapping[int, object] | None = None,
+) -> tuple[int, int, list[str], Replaced] | None:
     """Insert a file chunk by chunk from the adapter's stream (bounded memory).
 
-    Returns ``(ingest_id, rows, clusters)``, or ``None`` when the file needs the slow path:
-    a chunk failed to parse or to pass a check, or (with ``check_repeats``) a job id repeats
-    (the slow path names the row); what was inserted of it is deleted first.
+    Returns ``(ingest_id, rows, clusters, replaced)``, or ``None`` when the file needs the slow
+    path: a chunk failed to parse or to pass a check, or (with ``check_repeats``) a job id
+    repeats in this run (the slow path names the row); what was inserted of it is deleted
+    first. Rows of earlier runs with this file's job ids are replaced.
     """
     ingest_id = _next_ingest_id(store)
     rows, size, estimate = 0, path.stat().st_size, 0
@@ -499,22 +522,26 @@ def _write_stream(
         progress("rows", rows, rows)
     clusters = [r[0] for r in store.fetch_all(
         "SELECT DISTINCT cluster FROM jobs WHERE ingest_id = ? ORDER BY cluster", [ingest_id])]
-    if rows == 0 or (check_repeats and _duplicates(store, ingest_id, clusters) is not None):
+    if rows == 0 or (check_repeats and _duplicates(store, ingest_id, clusters, run)
+                     is not None):
         store.execute("DELETE FROM jobs WHERE ingest_id = ?", [ingest_id])
         return None
     window = store.fetch_one(
         """SELECT min(submit_ts), greatest(max(submit_ts), max(start_ts), max(end_ts))
            FROM jobs WHERE ingest_id = ?""", [ingest_id])
     assert window is not None
+    replaced = replace_jobs(store, ingest_id, clusters, list(run or ()))
     _record_ingest(store, ingest_id, digest, fmt, path, ",".join(clusters), "jobs", rows, 0,
                    window[0], window[1], options)
     logger.info("%s: %d rows (streamed) as ingest %d", path, rows, ingest_id)
-    return ingest_id, rows, clusters
+    return ingest_id, rows, clusters, replaced
 
 
+# Parameters: this ingest, clusters, the ingests of this run (this one too), this ingest.
 _DUPLICATES_SQL = """
     SELECT cluster, job_id, count(*) FILTER (WHERE ingest_id <> ?) AS before
-    FROM jobs WHERE list_contains(?, cluster) GROUP BY cluster, job_id
+    FROM jobs WHERE list_contains(?, cluster) AND list_contains(?::BIGINT[], ingest_id)
+    GROUP BY cluster, job_id
     HAVING count(*) > 1 AND count(*) FILTER (WHERE ingest_id = ?) > 0"""
 
 
@@ -543,9 +570,10 @@ def _write(
         obs_start = obs_end = None
     rows = store.insert_frame(batch.kind, frame, columns, {"ingest_id": ingest_id}) if len(
         frame) else 0
-    if batch.kind == "jobs" and rows:
-        rows = _check_duplicate_jobs(store, path, ingest_id, batch, options, clusters, run)
     replaced = Replaced()
+    if batch.kind == "jobs" and rows:  # a job is its (cluster, job_id): the newest counts
+        rows = _check_duplicate_jobs(store, path, ingest_id, batch, options, clusters, run)
+        replaced = replace_jobs(store, ingest_id, clusters, list(run or ()))
     if batch.kind == "samples" and rows:  # a sample is its (series_id, ts): the newest counts
         replaced = replace_samples(store, ingest_id, clusters)
     if batch.rejects:
@@ -615,8 +643,9 @@ def _check_duplicate_jobs(
     store: Store, path: Path, ingest_id: int, batch: Batch, options: IngestOptions,
     clusters: list[str], run: Mapping[int, tuple[Path, Reread]] | None = None,
 ) -> int:
-    """Fail on (or, under skip, reject) job ids seen twice: in this file, in another file of
-    this run (named with its line) or already stored by an earlier ingest (its file named).
+    """Fail on (or, under skip, reject) job ids seen twice in this run: in this file, or in
+    another file of this run (named with its line). Rows an earlier run stored are not
+    repeats: :func:`replace_jobs` replaces them afterwards.
 
     The check runs in SQL after the insert (one aggregation, cheaper than a check in Arrow);
     only when it finds something are the rows located by line, in pandas.
@@ -624,7 +653,7 @@ def _check_duplicate_jobs(
     Returns:
         The number of this batch's rows left in ``jobs``.
     """
-    dupes = _duplicates(store, ingest_id, clusters)
+    dupes = _duplicates(store, ingest_id, clusters, run)
     if dupes is None:
         return len(batch.frame)
     rows = batch.rows()
@@ -659,44 +688,36 @@ def _check_duplicate_jobs(
         keep) else 0
 
 
-#: How to fix a job id that an earlier ingest (not of this run) stored: PRISM has no command
-#: that removes an ingest's rows.
-_STORED_FIX = (
-    "a changed copy of a file is a new file, and PRISM keeps the rows of every ingest (no "
-    "command removes them): ingest all the files, with the new versions, into a new store "
-    "(--db NEW.duckdb); to only derive the series at another frequency, run "
-    "`prism series rederive --cluster {cluster} --freq FREQ`")
+#: How to fix a job id that two files of one run hold.
+_RUN_FIX = ("ingest each job once: drop the repeated rows from one file; or, if the later file "
+            "is a newer export of the same jobs, ingest the files one after the other (one "
+            "`prism ingest` each, oldest first): a later ingest's row of a job replaces the "
+            "one stored before")
 
 
 def _earlier_copies(
     store: Store, ingest_id: int, stored: pd.DataFrame, run: Mapping[int, tuple[Path, Reread]],
 ) -> dict[tuple[str, str], tuple[str, str]]:
-    """(cluster, job_id) -> (reason, fix) for the rows of ``stored`` (job ids an earlier
-    ingest holds): the file and line of this run that has the job, or the earlier ingest's
-    file."""
+    """(cluster, job_id) -> (reason, fix) for the rows of ``stored`` (job ids another file of
+    this run holds): that file and its line."""
     if stored.empty:
         return {}
     found = store.fetch_all(
-        """SELECT j.cluster, j.job_id, min(j.ingest_id), min(i.path) FROM jobs j
-           LEFT JOIN ingests i USING (ingest_id)
-           WHERE j.ingest_id <> ? AND list_contains(?, j.cluster) AND list_contains(?, j.job_id)
+        """SELECT j.cluster, j.job_id, min(j.ingest_id) FROM jobs j
+           WHERE j.ingest_id <> ? AND list_contains(?::BIGINT[], j.ingest_id)
+             AND list_contains(?, j.cluster) AND list_contains(?, j.job_id)
            GROUP BY ALL""",
-        [ingest_id, sorted(set(stored["cluster"].astype(str))),
+        [ingest_id, list(run), sorted(set(stored["cluster"].astype(str))),
          sorted(set(stored["job_id"].astype(str)))])
     lines: dict[int, dict[tuple[str, str], int]] = {}
     out: dict[tuple[str, str], tuple[str, str]] = {}
-    for cluster, job_id, other, other_path in found:
-        if other in run:
-            if other not in lines:  # read that file again, once, to name the line
-                lines[other] = _job_lines(*run[other])
-            at = lines[other].get((str(cluster), str(job_id)))
-            out[(cluster, job_id)] = (
-                f"job id is already in {run[other][0]}" + (f", line {at}," if at else "")
-                + " in this run", "ingest each job once: drop the repeated rows from one file")
-        else:
-            out[(cluster, job_id)] = (
-                "job id is already in the store for this cluster (from an earlier ingest of "
-                f"{other_path or f'ingest {other}'})", _STORED_FIX.format(cluster=cluster))
+    for cluster, job_id, other in found:
+        if other not in lines:  # read that file again, once, to name the line
+            lines[other] = _job_lines(*run[other])
+        at = lines[other].get((str(cluster), str(job_id)))
+        out[(cluster, job_id)] = (
+            f"job id is already in {run[other][0]}" + (f", line {at}," if at else "")
+            + " in this run", _RUN_FIX)
     return out
 
 

@@ -15,7 +15,11 @@ Mapping onto the canonical job rows:
 
 * ``job_id`` = ``JobID``. Job steps (an id with a ``.``: ``123.batch``, ``123.extern``,
   ``123.0``, ``123_4.batch``) are skipped: they repeat their job's allocation. Array tasks
-  (``123_4``, pending ``123_[5-9]``) and heterogeneous components (``123+0``) are jobs.
+  (``123_4``) and heterogeneous components (``123+0``) are jobs. A pending array line stands
+  for each task it lists, in Slurm's range syntax (``123_[5-9]``, ``123_[1,3,5-7]``, a step
+  ``123_[0-15:4]``, a throttle ``123_[3-5%2]``, which limits how many run at once, not how
+  many there are): it becomes one job per task (``123_5``, ..., ``123_9``), each with the
+  line's request.
 * ``scope`` = ``Account`` (the tenant), or ``Partition`` where the account is empty. With
   ``--option scope=partition`` the partition is the scope (the first one listed for a job
   pending on several, ``gpu,debug``). ``--scope NAME`` puts every job of the file in one scope.
@@ -38,7 +42,28 @@ Mapping onto the canonical job rows:
 * ``cluster`` = ``--cluster``, else a ``Cluster`` column when the export has one
   (``sacct --clusters``), else ``slurm``.
 
-Rows with ``sacct --duplicates`` (requeued jobs) are all kept: each record held its GPUs.
+Requeued jobs (``sacct --duplicates``): each time Slurm requeues a job it records a new
+attempt under the same ``JobID`` with a new ``Submit`` (the requeue time; slurmdbd keys its
+records by ``JobID`` and ``Submit``). Every attempt held its GPUs, so every one is kept: the last
+(latest ``Submit``) keeps the ``JobID``, the earlier ones become jobs ``JobID#1``, ``JobID#2``,
+... (in ``Submit`` order), and the ingest summary says how many attempts were kept that way.
+Each attempt counts in ``jobs_submitted`` at its own ``Submit`` (a requeue puts the job back in
+the queue). Two lines with the same ``JobID`` and the same ``Submit`` are the same record twice
+(e.g. two exports concatenated) and are refused as a repeated job id; ingest the exports as
+files of their own, one after the other: a later ingest's row of a job replaces the earlier one.
+
+Observation window: ``sacct --starttime`` (``-S``) exports every job that was pending or
+running at or after ``-S``, so a job that ended before ``-S`` is left out, while jobs running
+since long before are in. From the earliest ``End`` in the export onward, the export is
+complete (every job that ended at or after ``-S``, and so at or after that ``End``, is in it);
+before it, jobs may be missing. So when some job of the export started before its earliest
+``End``, the series start there rather than at the first ``Submit`` (the ingest summary says
+so), unless that ``End`` is the export's last time (nothing would be left to derive).
+``--option window_start=TIME`` sets the start instead (e.g. the ``-S`` of the export, or the
+first ``Submit`` for an export of the cluster's whole history); it is read like the file's times
+(``--tz``, or an offset). The series end at the last time in the export. A cluster's series
+span the windows of all its ingests: the first ingest's start holds when later daily exports
+start later.
 """
 
 from __future__ import annotations
@@ -66,6 +91,10 @@ _OFFSET = re.compile(r"(?:Z|[+-]\d{2}:?\d{2})$")
 _MIN_TIME = pd.Timestamp("1678-01-02")
 _MAX_TIME = pd.Timestamp("2262-04-10")
 _COUNT = re.compile(r"^[+-]?\d+$")
+#: A pending job array line, ``123_[1,3,5-7%2]``, and one item of its list.
+_ARRAY = re.compile(r"^(\S+?)_\[([^\]]+)\]$")
+_ARRAY_ITEM = re.compile(r"^(\d+)(?:-(\d+)(?::(\d+))?)?$")
+_MAX_TASKS = 4_000_001
 
 #: Canonical column -> the sacct column named in errors about it.
 _SACCT_COLUMN = {
@@ -100,15 +129,16 @@ class SlurmSacctAdapter(Adapter):
     description = (
         "sacct --parsable2 --format=JobID,User,Account,Partition,AllocTRES,Submit,Start,End,State"
     )
-    option_keys = ("scope",)
+    option_keys = ("scope", "window_start")
 
     def read(self, path: Path, options: IngestOptions) -> Batch:
         """Read one sacct export; see the module docstring for the mapping.
 
         Args:
             path: the export (plain text or ``.gz``).
-            options: ``cluster``, ``scope``, ``tz``, ``on_error`` and ``extra["scope"]``
-                (``account``, the default, or ``partition``).
+            options: ``cluster``, ``scope``, ``tz``, ``on_error``, ``extra["scope"]``
+                (``account``, the default, or ``partition``) and ``extra["window_start"]``
+                (where the series start, in the file's time zone).
 
         Returns:
             A ``jobs`` batch, one row per job (steps skipped).
@@ -116,7 +146,8 @@ class SlurmSacctAdapter(Adapter):
         Raises:
             IngestError: for an empty file, a missing column or, unless ``on_error`` is
                 ``skip``, the first bad row (file, line, column and how to fix it).
-            ConfigError: for an unknown ``--tz`` zone or ``--option scope`` value.
+            ConfigError: for an unknown ``--tz`` zone, ``--option scope`` value or a
+                ``--option window_start`` that is not a time.
         """
         scope_by = options.extra.get("scope", "account").strip().lower()
         if scope_by not in ("account", "partition"):
@@ -125,6 +156,7 @@ class SlurmSacctAdapter(Adapter):
                 "use --option scope=account (default) or --option scope=partition"
             )
         tz = _check_zone(options.tz)
+        window_start = _window_start(options.extra.get("window_start"), tz)
         raw = _read_sacct(path, scope_by)
         checker = _SacctChecker(path, raw, options.on_error)
         checker.check(raw["_fields_ok"].to_numpy() == 0, None,
@@ -199,11 +231,89 @@ class SlurmSacctAdapter(Adapter):
         jobs = job_frame(columns, raw[LINE].to_numpy())
         for name in _SACCT_COLUMN.values():  # raw text, for the errors to quote
             jobs[name] = raw[name].to_numpy()
+        requeued = _number_attempts(jobs)
         checker.frame = jobs
         check_jobs(checker, jobs)
         good, rejects = checker.finish()
+        notes = []
+        if requeued:
+            notes.append(f"{requeued:,} earlier attempt(s) of requeued jobs (the same JobID "
+                         "with an earlier Submit) kept as jobs JobID#1, #2, ...: each held its "
+                         "GPUs")
+        obs_start = window_start
+        if obs_start is None:
+            obs_start, why = _complete_from(good, tz)
+            if why:
+                notes.append(why)
         return Batch(kind="jobs", frame=good[[*JOB_COLUMNS, LINE]].copy(), source=self.name,
-                     rejects=rejects)
+                     rejects=rejects, obs_start=obs_start, note="; ".join(notes))
+
+
+def _number_attempts(jobs: pd.DataFrame) -> int:
+    """Give the earlier attempts of a requeued job (the same cluster and ``JobID``, another
+    ``Submit``) the ids ``JobID#1``, ``JobID#2``, ... in ``Submit`` order; the attempt with the
+    latest ``Submit`` keeps the ``JobID``. Rows with the same ``Submit`` keep their id (the
+    repeat check refuses them).
+
+    Returns:
+        How many rows were renamed.
+    """
+    keys = ["cluster", "job_id"]
+    valid = jobs["job_id"].notna() & jobs["submit_ts"].notna()
+    repeated = valid & jobs.duplicated(keys, keep=False)
+    if not repeated.any():
+        return 0
+    rows = jobs.loc[repeated, [*keys, "submit_ts"]]
+    groups = rows.groupby(keys, sort=False)["submit_ts"]
+    rank = groups.rank(method="dense", ascending=False)  # 1: the latest Submit
+    attempt = groups.transform("nunique") - rank + 1
+    earlier = rank > 1
+    if not earlier.any():
+        return 0
+    index = rows.index[earlier.to_numpy()]
+    jobs.loc[index, "job_id"] = [
+        f"{job_id}#{int(n)}" for job_id, n in zip(rows.loc[index, "job_id"],
+                                                   attempt[earlier], strict=True)]
+    return len(index)
+
+
+def _complete_from(good: pd.DataFrame, tz: str) -> tuple[pd.Timestamp | None, str]:
+    """Where the export is complete (see the module docstring): its earliest ``End``, when
+    some job started before it and the export goes on after it; else ``None`` (the series
+    start at the first ``Submit``).
+
+    Returns:
+        The start of the observation window and the note that says why (empty for ``None``).
+    """
+    ends = good["end_ts"].dropna()
+    if ends.empty:
+        return None, ""
+    first_end = pd.Timestamp(ends.min())
+    first_submit = pd.Timestamp(good["submit_ts"].min())
+    last = max(pd.Timestamp(good[c].max()) for c in ("submit_ts", "start_ts", "end_ts")
+               if good[c].notna().any())
+    if not (good["start_ts"] < first_end).any() or not first_submit < first_end < last:
+        return None, ""
+    local = first_submit.tz_localize("UTC").tz_convert(tz).strftime("%Y-%m-%dT%H:%M:%S")
+    return first_end, (
+        f"the series start at {first_end:%Y-%m-%d %H:%M} UTC, the earliest End in the export, "
+        f"not at its first Submit ({first_submit:%Y-%m-%d %H:%M} UTC): an export made with "
+        "sacct -S leaves out the jobs that ended before -S, so before its earliest End it may "
+        "miss jobs; if the export holds every job from its first Submit on, pass --option "
+        f"window_start={local} (or the -S of the export) to start there")
+
+
+def _window_start(text: str | None, tz: str) -> pd.Timestamp | None:
+    """``--option window_start``, read like sacct's times (naive ones in ``tz``), in UTC."""
+    if text is None:
+        return None
+    parsed, bad, gap = _parse_times(pd.Series([text.strip()], dtype="string"), tz)
+    if bad[0] or gap[0] or pd.isna(parsed.iloc[0]):
+        raise ConfigError(
+            f"--option window_start={text!r} is not a time: write it as sacct prints times, "
+            f"e.g. --option window_start={_TIME_FORMAT} (the -S of the export; naive times are "
+            "in --tz, default UTC)")
+    return pd.Timestamp(parsed.iloc[0])
 
 
 def _state(text: object) -> str | None:
@@ -247,6 +357,17 @@ def _read_sacct(path: Path, scope_by: str) -> pd.DataFrame:
     required = ["JobID", "AllocTRES", "Submit", "Start", "End", "State",
                 "Partition" if scope_by == "partition" else "Account"]
     missing = [c for c in required if c.lower() not in known]
+    if missing and "|" not in header_line:
+        shape = ("comma-separated" if header_line.count(",") >= 3 else
+                 "fixed-width (sacct's default)" if len(header_line.split()) >= 3 else "other")
+        raise IngestError(
+            f"the file is not '|'-separated sacct output: its header {header_line.strip()!r} "
+            f"has no '|' ({shape} columns, which PRISM cannot split reliably: TRES lists hold "
+            "commas and sacct truncates wide fields)",
+            path=str(path), line=header_at + 1,
+            fix="export with sacct -P (--parsable2) --format=JobID,User,Account,Partition,"
+            "AllocTRES,ReqTRES,Submit,Start,End,State (and without --noheader)",
+        )
     if missing:
         raise IngestError(
             f"missing column(s) {missing} in the header; it has {header}",
@@ -258,6 +379,7 @@ def _read_sacct(path: Path, scope_by: str) -> pd.DataFrame:
               ("JobID", "Account", "Partition", "AllocTRES", "ReqTRES", "Submit", "Start",
                "End", "State", "Cluster") if c.lower() in known}
     width = len(header)
+    id_at = list(wanted).index("JobID")
     rows: list[list[str]] = []
     numbers: list[int] = []
     fields_ok: list[int] = []
@@ -273,14 +395,41 @@ def _read_sacct(path: Path, scope_by: str) -> pd.DataFrame:
             continue  # a job step: its job's row already holds the allocation
         ok = len(fields) == width
         fields = (fields + [""] * width)[:width]
-        rows.append([fields[i] for i in wanted.values()])
-        numbers.append(number)
-        fields_ok.append(int(ok))
+        row = [fields[i] for i in wanted.values()]
+        tasks = _array_tasks(job_id.strip())
+        for task in tasks if tasks is not None else [row[id_at]]:
+            rows.append([*row[:id_at], task, *row[id_at + 1:]])
+            numbers.append(number)
+            fields_ok.append(int(ok))
     frame = pd.DataFrame(rows, columns=list(wanted), dtype="object")
     frame = frame.astype("string")
     frame[LINE] = np.asarray(numbers, dtype=np.int64)
     frame["_fields_ok"] = np.asarray(fields_ok, dtype=np.int64)
     return frame
+
+
+def _array_tasks(job_id: str) -> list[str] | None:
+    """The task ids of a pending array line (``500_[3-5%2]`` -> ``500_3, 500_4, 500_5``), in
+    Slurm's syntax: values and ranges separated by commas, a range with an optional ``:step``,
+    an optional ``%N`` throttle (how many run at once). ``None`` for other ids and for a list
+    that does not read as one (or expands beyond Slurm's largest array, 4,000,001 tasks): the
+    line stays one job."""
+    match = _ARRAY.match(job_id)
+    if match is None:
+        return None
+    base, spec = match.group(1), match.group(2).split("%", 1)[0]
+    tasks: list[int] = []
+    for part in spec.split(","):
+        item = _ARRAY_ITEM.match(part.strip())
+        if item is None:
+            return None
+        first = int(item.group(1))
+        last = int(item.group(2)) if item.group(2) else first
+        step = int(item.group(3)) if item.group(3) else 1
+        if last < first or step < 1 or len(tasks) + (last - first) // step >= _MAX_TASKS:
+            return None
+        tasks.extend(range(first, last + 1, step))
+    return [f"{base}_{task}" for task in dict.fromkeys(tasks)]
 
 
 def _parse_tres(

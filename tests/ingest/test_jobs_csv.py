@@ -79,16 +79,17 @@ def test_empty_file_and_truncated_gzip(store: Store, tmp_path: Path) -> None:
     assert _snapshot(store)["jobs"] == 0
 
 
-def test_duplicate_job_id_across_ingests(store: Store, tmp_path: Path) -> None:
+def test_a_job_ingested_again_is_replaced_by_the_newer_row(store: Store,
+                                                           tmp_path: Path) -> None:
+    # the newest ingest's row of a job wins (a daily export sees a RUNNING job finish)
     ingest(store, [_write(tmp_path, GOOD)], "jobs-csv")
-    again = _write(tmp_path, [GOOD[1].replace("COMPLETED", "FAILED")], name="again.csv")
     before = _snapshot(store)
-    expected = r"again.csv, line 2, column 'job_id': job id is already in the store.*'j2'"
-    with pytest.raises(IngestError, match=expected):
-        ingest(store, [again], "jobs-csv")
-    assert _snapshot(store) == before
-    report = ingest(store, [again], "jobs-csv", IngestOptions(on_error="skip"))
-    assert report.rows == 0 and report.rejected == 1
+    again = _write(tmp_path, [GOOD[1].replace("COMPLETED", "FAILED")], name="again.csv")
+    report = ingest(store, [again], "jobs-csv")
+    assert (report.rows, report.replaced, report.rejected) == (1, 1, 0)
+    assert _snapshot(store)["jobs"] == before["jobs"]  # replaced, not added
+    state = store.fetch_one("SELECT status FROM jobs WHERE job_id = 'j2'")
+    assert state is not None and state[0] == "FAILED"
 
 
 def test_one_transaction_for_all_files(store: Store, tmp_path: Path) -> None:

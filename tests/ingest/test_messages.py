@@ -170,17 +170,17 @@ def test_a_repeat_from_another_file_of_the_run_names_that_file_and_line(
     assert _jobs(db) == 0
 
 
-def test_a_repeat_from_an_earlier_ingest_names_its_file_and_real_commands(
+def test_a_repeat_from_an_earlier_ingest_replaces_it_and_says_so(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     db = tmp_path / "s.duckdb"
     first = _file(tmp_path, "a.csv", _job("j1"), _job("j2"))
     assert main(["--db", str(db), "ingest", str(first), "--format", "jobs-csv", "-q"]) == 0
+    capsys.readouterr()
     changed = _file(tmp_path, "a2.csv", _job("j2", gpus="4"))
-    err = _refused(db, [changed], capsys)
-    assert (f"{changed}, line 2, column 'job_id': job id is already in the store for this "
-            f"cluster (from an earlier ingest of {first})") in err
-    assert "remove the old rows first" not in err
-    assert "--db NEW.duckdb" in err and "`prism series rederive --cluster c --freq FREQ`" in err
+    assert main(["--db", str(db), "ingest", str(changed), "--format", "jobs-csv", "-q"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert ("1 job(s) replaced the row an earlier ingest stored for the same job id (the "
+            "newest ingest wins)") in out
 
 
 # -- the store -----------------------------------------------------------------------------------
