@@ -29,7 +29,8 @@ import pyarrow.parquet as pq
 
 from prism.errors import ConfigError, IngestError
 from prism.ingest.timeparse import (
-    locate_malformed_row,
+    MALFORMED_FIXES,
+    describe_malformed_row,
 )
 from prism.schema import FileScan
 
@@ -40,6 +41,11 @@ LINE = "_line"
 SAMPLE_COLUMNS = ("cluster", "series_id", "ts", "value")
 #: Columns of a ``capacity`` batch (plus ``_line``).
 CAPACITY_COLUMNS = ("cluster", "scope", "gpu_type", "valid_from", "gpus")
+#: The CSV fields the readers take as a missing value, in every column (pyarrow's CSV null
+#: values, also when quoted): a scope ``NA`` is no scope, a gpu_type ``N/A`` no GPU type. The
+#: DuckDB reader (``prism.store_scan``) uses the same list; ``None`` and ``-`` are names.
+MISSING_VALUES = ("", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND",
+                  "1.#QNAN", "N/A", "NA", "NULL", "NaN", "n/a", "nan", "null")
 
 
 @dataclass(frozen=True)
@@ -112,7 +118,8 @@ class Batch:
     rejects: list[Reject] = field(default_factory=list)
     obs_start: pd.Timestamp | None = None
     obs_end: pd.Timestamp | None = None
-    #: what the rows stand for, where it is not one row per input row (``node-list``)
+    #: what the summary says of the file: what the rows stand for, where it is not one row per
+    #: input row (``node-list``), or the columns read past (``long-csv``)
     note: str = ""
 
     def rows(self) -> pd.DataFrame:
@@ -355,6 +362,7 @@ def stream_arrow(
             return None  # the slow path names the repeated column
         types = {c: t for c, t in column_types.items() if c in header}
         convert = pacsv.ConvertOptions(column_types=types, strings_can_be_null=True,
+                                       null_values=list(MISSING_VALUES),
                                        timestamp_parsers=[pacsv.ISO8601])
         reader = pacsv.open_csv(path, read_options=pacsv.ReadOptions(
             block_size=STREAM_BLOCK_BYTES), convert_options=convert)
@@ -462,7 +470,7 @@ def _read_csv_bytes(
     if column_types:
         types = {c: t for c, t in column_types.items() if c in header}
         convert = pacsv.ConvertOptions(
-            column_types=types, strings_can_be_null=True,
+            column_types=types, strings_can_be_null=True, null_values=list(MISSING_VALUES),
             timestamp_parsers=[pacsv.ISO8601],
         )
         try:
@@ -473,22 +481,18 @@ def _read_csv_bytes(
     try:
         convert = pacsv.ConvertOptions(
             column_types={c: pa.string() for c in header}, strings_can_be_null=True,
-            **({"null_values": [""]} if literal else {}))
+            null_values=[""] if literal else list(MISSING_VALUES))
         table = pacsv.read_csv(io.BytesIO(data), parse_options=parse, convert_options=convert)
     except (pa.ArrowException, ValueError) as exc:
-        line, what = locate_malformed_row(data, len(header), first_line=2, delimiter=delimiter)
+        line, what, fix = describe_malformed_row(data, len(header), first_line=2,
+                                                 delimiter=delimiter)
         if line is not None:
-            raise IngestError(
-                f"malformed CSV row: {what}", path=str(path), line=line,
-                fix="every row needs as many fields as the header; quote fields holding the "
-                "delimiter",
-            ) from exc
+            raise IngestError(f"malformed CSV row: {what}", path=str(path), line=line,
+                              fix=fix) from exc
         line = _line_of_arrow_error(str(exc))
         raise IngestError(
             f"malformed CSV ({exc})".replace("\n", " "),
-            path=str(path), line=line,
-            fix="every row needs as many fields as the header; quote fields holding the "
-            "delimiter",
+            path=str(path), line=line, fix=MALFORMED_FIXES["fields"],
         ) from exc
     return _to_pandas(path, table)
 

@@ -93,9 +93,11 @@ class RowChecker:
         """Which rows failed a check so far (a copy)."""
         return self._bad.copy()
 
-    def error(self) -> IngestError | None:
+    def error(self, *, all_bad: bool = False) -> IngestError | None:
         """The error of fail mode: the first bad row, then up to :data:`MAX_PROBLEMS` distinct
-        problems in all (each with its first line); ``None`` when every row passed."""
+        problems in all (each with its first line); ``None`` when every row passed. With
+        ``all_bad`` (every row failed under ``--on-error skip``) it says that nothing would
+        be stored."""
         if not self._problems:
             return None
         problems = sorted(self._problems.values(), key=lambda p: (p.line, p.column or ""))
@@ -106,6 +108,11 @@ class RowChecker:
                 f" ({len(shown) - 1} shown)" if len(problems) > MAX_PROBLEMS else "") + ": "
             message += "; ".join(f"{p.where()}: {p.what()}, {p.rows} row(s)" for p in shown[1:])
         fixes = "; ".join(dict.fromkeys(p.fix for p in shown))
+        if all_bad:
+            return IngestError(
+                f"no rows to ingest: all {len(self._bad):,} rows are rejected, so --on-error "
+                f"skip would store nothing; the first: {message}", path=str(self.path),
+                line=first.line, column=first.column, fix=fixes)
         return IngestError(message, path=str(self.path), line=first.line, column=first.column,
                            fix=f"{fixes}, or pass --on-error skip to store such rows in "
                            "`rejects`")
@@ -114,10 +121,13 @@ class RowChecker:
         """The good rows, and the rejects (sorted by line).
 
         Raises:
-            IngestError: in fail mode, for the bad rows (see :meth:`error`).
+            IngestError: in fail mode, for the bad rows (see :meth:`error`); under
+                ``--on-error skip``, when every row is bad (a file that stores nothing is a
+                mistake, like a file with a header only).
         """
-        error = self.error()
-        if error is not None and self.on_error != "skip":
+        all_bad = self.on_error == "skip" and bool(self._bad.all())
+        error = self.error(all_bad=all_bad)
+        if error is not None and (self.on_error != "skip" or all_bad):
             raise error
         good = self.frame[~self._bad] if self._bad.any() else self.frame
         return good.reset_index(drop=True), sorted(self.rejects, key=lambda r: r.line or 0)
@@ -199,7 +209,7 @@ def check_times(
     checker: RowChecker, values: pd.Series, bad: np.ndarray, column: str, what: str, fix: str,
     *, years: tuple[int, int] = STORABLE_YEARS, numeric: bool = False,
     reason: str | None = None, times: pd.Series | None = None, dst: np.ndarray | None = None,
-    tz: str | None = None,
+    tz: str | None = None, unit_hint: bool = False,
 ) -> None:
     """Report the times a parser refused: those in a year that cannot be stored (9999-01-05)
     as out of range, naming the range, the others as not a time; local times that a
@@ -219,6 +229,8 @@ def check_times(
         dst: the parser's mask of local times a daylight-saving change makes ambiguous or
             skips in ``tz``.
         tz: the zone of the local times.
+        unit_hint: the format takes ``--option time_unit``: a time written as a plain number
+            (``1709287200``) is reported with that option as the fix.
     """
     far = out_of_range(values, bad, numeric=numeric)
     checker.check(far, column, out_of_range_reason(what, years),
@@ -226,8 +238,15 @@ def check_times(
                   "--option time_unit=ms) since the origin" if numeric else
                   "check the year: fix a typo, and leave a time empty rather than write a "
                   "placeholder such as 9999-12-31")
-    checker.check(np.asarray(bad, dtype=bool) & ~far, column, reason or f"{what} is not a time",
-                  fix)
+    reason = reason or f"{what} is not a time"
+    rest = np.asarray(bad, dtype=bool) & ~far
+    if unit_hint and not numeric and rest.any():
+        digits = _epoch_numbers(values) & rest
+        checker.check(digits, column, f"{reason}: a number, not an ISO 8601 time",
+                      "for seconds since the Unix epoch pass --option time_unit=s, for "
+                      "milliseconds --option time_unit=ms")
+        rest &= ~digits
+    checker.check(rest, column, reason, fix)
     if dst is not None and tz and np.asarray(dst).any():
         _check_dst(checker, values, np.asarray(dst, dtype=bool), column, what, tz)
     if times is not None:
@@ -236,6 +255,12 @@ def check_times(
                       out_of_range_reason(what, years),
                       "check the year: fix a typo, and leave a time empty rather than write a "
                       "placeholder such as 9999-12-31")
+
+
+def _epoch_numbers(values: pd.Series) -> np.ndarray:
+    """Mask of values written as a plain number (``1709287200``, ``1709287200000.5``)."""
+    text = values.astype("string").str.strip()
+    return text.str.fullmatch(r"[+-]?\d+(?:\.\d*)?").fillna(False).to_numpy(dtype=bool)
 
 
 def _check_dst(checker: RowChecker, values: pd.Series, dst: np.ndarray, column: str, what: str,

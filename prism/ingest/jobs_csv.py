@@ -137,7 +137,7 @@ class JobsCsvAdapter(Adapter):
             check_times(checker, frame[col], bad, col, field,
                         "write ISO 8601 times such as 2026-01-05T08:30:00 (or numbers with "
                         "--option time_unit=s)", years=JOB_YEARS, numeric=unit is not None,
-                        dst=dst, tz=options.tz)
+                        dst=dst, tz=options.tz, unit_hint=True)
             out[field] = times
         for field in ("num_gpus", "num_cpus"):
             col = columns[field]

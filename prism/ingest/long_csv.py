@@ -1,7 +1,10 @@
 """``long-csv``: the panel contract itself, ``series_id, ts, value`` (one row per sample).
 
-Columns can be mapped: ``--map series_id=name --map ts=time --map value=v``. Series ids have
-the form ``cluster/scope/metric``; the cluster is their first part. CSV, ``.csv.gz`` or Parquet.
+Columns can be mapped: ``--map series_id=name --map ts=time --map value=v``; other columns are
+read past (the summary names them). Series ids have the form ``cluster/scope/metric``; the
+cluster is their first part. CSV, ``.csv.gz`` or Parquet.
+Times are ISO 8601 (a zone suffix is honoured, naive times are in ``--tz``, default UTC) or, with
+``--option time_unit=s`` (or ``ms``), numbers since the Unix epoch.
 Values must fit their metric (``prism.schema.METRICS``): counts of GPUs, jobs or nodes are
 >= 0, ratios such as ``gpu_util`` are 0..1; metrics PRISM does not know take any number.
 """
@@ -30,7 +33,6 @@ from prism.ingest.checks import (
     check_times,
     parse_numbers,
     parse_times,
-    reject_unknown_columns,
 )
 from prism.ingest.jobs_csv import mapped_columns
 
@@ -44,24 +46,25 @@ class LongCsvAdapter(Adapter):
     name = "long-csv"
     kind = "samples"
     description = "series_id, ts, value rows (mappable with --map)"
+    option_keys = ("time_unit",)
 
     def read(self, path: Path, options: IngestOptions) -> Batch:
         """Read long-format samples."""
         columns = mapped_columns(options, ("series_id", "ts", "value"))
         frame = read_table(path, required=list(columns.values()), literal=True)
-        reject_unknown_columns(path, frame, columns.values(),
-                               fix="a long file has exactly series_id, ts, value (map others "
-                               "with --map)")
+        extra = [c for c in frame.columns if c != LINE and c not in columns.values()]
         checker = RowChecker(path, frame, options.on_error)
         ids = frame[columns["series_id"]].astype("string").str.strip()
         valid = ids.str.match(_ID.pattern).fillna(False).to_numpy(dtype=bool)
         checker.check(~valid, columns["series_id"], "series id is not 'cluster/scope/metric'",
                       "write ids such as earth/vc6YE/gpus_in_use")
-        times, bad, dst = parse_times(frame[columns["ts"]], tz=options.tz)
+        unit = options.extra.get("time_unit")
+        times, bad, dst = parse_times(frame[columns["ts"]], tz=options.tz, unit=unit)
         check_times(checker, frame[columns["ts"]], bad | (times.isna().to_numpy() & ~dst),
-                    columns["ts"], "time", "write ISO 8601 times",
+                    columns["ts"], "time", "write ISO 8601 times such as 2026-01-05T08:30:00 "
+                    "(or numbers with --option time_unit=s)",
                     reason="time is missing or does not parse", years=JOB_YEARS, times=times,
-                    dst=dst, tz=options.tz)
+                    dst=dst, tz=options.tz, numeric=unit is not None, unit_hint=True)
         values, bad = parse_numbers(frame[columns["value"]])
         checker.check(bad | np.isnan(values.to_numpy()), columns["value"],
                       "value is missing or not a number", "write plain numbers")
@@ -85,5 +88,7 @@ class LongCsvAdapter(Adapter):
                 "/", n=1).str[1]
             out["cluster"] = options.cluster
         out["ts"] = out["ts"].astype("datetime64[ns]")
+        note = (f"column(s) {', '.join(map(repr, extra))} ignored: a long file's samples are "
+                f"{columns['series_id']}, {columns['ts']}, {columns['value']}") if extra else ""
         return Batch(kind="samples", frame=out[[*SAMPLE_COLUMNS, LINE]], source=self.name,
-                     rejects=rejects)
+                     rejects=rejects, note=note)

@@ -27,7 +27,8 @@ Each result becomes samples of the series ``{cluster}/{scope}/{metric}``:
   Aggregations (``sum by (vc) (...)``) drop ``__name__``: name the metric with ``--option``.
 * values are multiplied by ``--option scale=X``, else by the well-known scale
   (``DCGM_FI_DEV_GPU_UTIL`` is a percentage: 0.01), else by 1. ``gpu_util`` is a fraction 0-1;
-  a value outside it is rejected (the query returned percent: pass ``--option scale=0.01``).
+  a value outside it is rejected (the query returned percent: pass ``--option scale=0.01``; a
+  value still above 1 after a scale is a sum over GPUs: aggregate with ``avg by``).
 
 Combining series: the other labels (``gpu``, ``UUID``, ``Hostname``, ``pod``, ...) are dropped,
 so several results (the 8 GPUs of a node, the nodes of a VC) can map to one series. Their
@@ -98,6 +99,8 @@ class _Problems:
     path: Path
     on_error: str
     rejects: list[Reject] = field(default_factory=list)
+    #: the fix of the first reject (for a response whose every sample is rejected)
+    first_fix: str = ""
 
     def add(self, line: int | None, column: str, reason: str, raw: object, fix: str) -> None:
         """Record one bad result or sample; raises unless rejects are kept."""
@@ -108,6 +111,7 @@ class _Problems:
             )
         text = raw if isinstance(raw, str) else json.dumps(raw, default=str)
         self.rejects.append(Reject(line, column, reason, _shorten(text)))
+        self.first_fix = self.first_fix or fix
 
 
 @dataclass(frozen=True)
@@ -193,9 +197,11 @@ class PrometheusAdapter(Adapter):
                              labels, _NAMING_FIX)
                 continue
             series_id, cluster, metric, scale = named
+            scaled_by = (f"--option scale={options.extra['scale']}" if naming.scale is not None
+                         else f"the scale of {labels.get('__name__')}" if scale != 1 else "")
             ts, values = _parse_samples(
                 problems, samples, line, f"{where}.{field_name}", shown, vector, scale,
-                metric == "gpu_util",
+                metric == "gpu_util", scaled_by,
             )
             if len(ts):
                 ids.append(series_id)
@@ -203,11 +209,31 @@ class PrometheusAdapter(Adapter):
                 modes.append(naming.combine or _combine_rule(metric))
                 parts.append((line, ts, values))
         frame = _combine(ids, clusters, modes, parts)
-        if frame.empty and not problems.rejects:
-            logger.warning("%s: the response holds no samples; check the query's label "
-                           "matchers and time range", path)
+        if frame.empty:
+            _refuse_empty(path, result, problems)
         return Batch(kind="samples", frame=frame, source=self.name,
                      rejects=sorted(problems.rejects, key=lambda r: r.line or 0))
+
+
+def _refuse_empty(path: Path, result: list[object], problems: _Problems) -> None:
+    """Refuse a response that stores nothing: it holds no samples, or (``--on-error skip``)
+    every sample is rejected, as a CSV file whose rows are all rejected is refused.
+
+    Raises:
+        IngestError: saying which, with the first reject.
+    """
+    rejects = problems.rejects
+    if not rejects:
+        raise IngestError(
+            "no samples to ingest: the response holds no samples ("
+            + (f"its {len(result)} result(s) have no values" if result
+               else "data.result is empty: no series matched") + ")",
+            path=str(path), fix="check the query's label matchers and its time range")
+    first = rejects[0]
+    raise IngestError(
+        f"no samples to ingest: all {len(rejects):,} samples or results are rejected, so "
+        f"--on-error skip would store nothing; the first: {first.reason}", path=str(path),
+        line=first.line, column=first.column, fix=problems.first_fix)
 
 
 _NAMING_FIX = (
@@ -405,9 +431,13 @@ def _name_series(
 
 def _parse_samples(
     problems: _Problems, samples: list[object], line: int, where: str, shown: str,
-    vector: bool, scale: float, fraction: bool,
+    vector: bool, scale: float, fraction: bool, scaled_by: str = "",
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Timestamps (ns since the epoch) and scaled values of one result's good samples."""
+    """Timestamps (ns since the epoch) and scaled values of one result's good samples.
+
+    ``scaled_by`` names the scale the values were multiplied by (``--option scale=0.01``),
+    empty when none: a fraction still above 1 after it is a sum over GPUs, not percent.
+    """
     seconds_out: list[float] = []
     values: list[float] = []
 
@@ -442,14 +472,27 @@ def _parse_samples(
             continue
         if fraction and not 0.0 <= value <= 1.0:
             problems.add(line, f"{at(position)}[1]", f"{what(position)}: gpu_util must be a "
-                         f"fraction 0-1 but is {value:g} at {_render_time(seconds)}", text,
-                         "the query returns percent: pass --option scale=0.01")
+                         f"fraction 0-1 but is {value:g} at {_render_time(seconds)}"
+                         + (f" ({_shorten(str(text))} times {scaled_by})" if scaled_by else ""),
+                         text, _fraction_fix(value, scaled_by))
             continue
         seconds_out.append(seconds)
         values.append(value)
     # Prometheus timestamps are milliseconds; rounding there drops float noise (.781 -> 781 ms).
     ms = np.round(np.asarray(seconds_out, dtype="float64") * 1000).astype(np.int64)
     return ms * 1_000_000, np.asarray(values, dtype="float64")
+
+
+def _fraction_fix(value: float, scaled_by: str) -> str:
+    """How to fix a ``gpu_util`` value outside 0..1: percent wants a scale, but a value still
+    above 1 after one is a sum over several GPUs (``sum by (namespace) (...)``)."""
+    if value < 0:
+        return "a utilisation cannot be negative: check the query"
+    if not scaled_by:
+        return "the query returns percent: pass --option scale=0.01"
+    return ("the scaled value is over 1: a utilisation is a fraction per GPU, so a sum over "
+            "several GPUs goes past 1; aggregate with avg by (...) rather than sum by (...), or "
+            "ingest the sum as another metric (e.g. --option metric=gpu_util_sum)")
 
 
 def _number(value: object) -> float | None:

@@ -191,17 +191,83 @@ def locate_malformed_row(
     Returns:
         The 1-based line number (``None`` when every line looks right) and what is wrong there.
     """
+    line, what, _ = describe_malformed_row(data, n_fields, first_line=first_line,
+                                           delimiter=delimiter)
+    return line, what
+
+
+#: How to fix each kind of malformed row (:func:`describe_malformed_row`).
+MALFORMED_FIXES = {
+    "utf8": "re-save the file as UTF-8 text (a spreadsheet: CSV UTF-8; from Latin-1: "
+            "iconv -f latin1 -t utf-8 FILE > FILE.utf8.csv)",
+    "quote": "close the quote, or write a quote inside a quoted field twice (\"\")",
+    "fields": "every row needs as many fields as the header; quote fields holding the "
+              "delimiter",
+}
+
+
+def describe_malformed_row(
+    data: bytes, n_fields: int, *, first_line: int = 1, delimiter: str = ","
+) -> tuple[int | None, str, str]:
+    """:func:`locate_malformed_row` with the fix: ``(line, what is wrong, how to fix it)``.
+
+    A line that is not UTF-8 is named with its first bad byte; a quoted field that the file
+    never closes with the line and field that open it; a row of another length with its
+    field count. A quoted field may run over several lines (it holds a line break).
+    """
+    row: list[str] = []  # the lines of a row whose quoted field runs on (with its first line)
+    opened = (0, 0)
     for number, raw in enumerate(data.splitlines(), start=1):
-        if number < first_line or not raw.strip(b"\r"):
+        if number < first_line or (not row and not raw.strip(b"\r")):
             continue
         try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            return number, "the line is not UTF-8 text"
+            text = raw.decode("utf-8").rstrip("\r")
+        except UnicodeDecodeError as exc:
+            return number, (f"the line is not UTF-8 text (byte {raw[exc.start]:#04x} at "
+                            f"position {exc.start + 1} of the line)"), MALFORMED_FIXES["utf8"]
+        start = opened[0] if row else number
+        row.append(text)
+        whole = "\n".join(row)
+        field = _unclosed_quote(whole, delimiter) if '"' in text or len(row) > 1 else None
+        if field is not None:
+            opened = (start, field)
+            continue  # the quoted field goes on over the next line
+        row = []
         try:
-            fields = next(csv.reader([text], delimiter=delimiter), [])
+            fields = next(csv.reader([whole], delimiter=delimiter), [])
         except csv.Error as exc:
-            return number, f"the line cannot be split into fields ({exc})"
+            return start, f"the line cannot be split into fields ({exc})", MALFORMED_FIXES[
+                "fields"]
         if len(fields) != n_fields:
-            return number, f"expected {n_fields} fields, found {len(fields)}"
-    return None, ""
+            spans = f" (a quoted field runs from line {start} to {number})" if (
+                number > start) else ""
+            return start, f"expected {n_fields} fields, found {len(fields)}{spans}", (
+                MALFORMED_FIXES["quote" if spans else "fields"])
+    if row:
+        return opened[0], (f"a quoted field is not closed: field {opened[1]} opens a quote "
+                           "that no later quote closes"), MALFORMED_FIXES["quote"]
+    return None, "", MALFORMED_FIXES["fields"]
+
+
+def _unclosed_quote(text: str, delimiter: str) -> int | None:
+    """The 1-based field of ``text`` (one CSV line) whose opening quote is never closed, or
+    ``None``. A quote counts as opening only at the start of a field; ``""`` inside a quoted
+    field is a quote."""
+    field, quoted, start, i = 1, False, True, 0
+    while i < len(text):
+        char = text[i]
+        if quoted:
+            if char == '"':
+                if text[i + 1:i + 2] == '"':
+                    i += 1
+                else:
+                    quoted = False
+        elif char == delimiter:
+            field, start = field + 1, True
+            i += 1
+            continue
+        elif char == '"' and start:
+            quoted = True
+        start = False
+        i += 1
+    return field if quoted else None

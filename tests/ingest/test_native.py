@@ -15,8 +15,9 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from prism import store_scan
 from prism.errors import FileScanError, IngestError
-from prism.ingest.base import IngestOptions
+from prism.ingest.base import MISSING_VALUES, IngestOptions
 from prism.ingest.pipeline import ingest
 from prism.schema import FileScan
 from prism.store import Store
@@ -195,12 +196,15 @@ def test_progress_reports_rows(tmp_path: Path) -> None:
 # A valid row in several spellings, and the ways one of its fields can go wrong.
 _SPELL = ["{}", "{}Z", "{}.5", "{}+00:00"]
 _ODD = {
-    "cluster": [""], "scope": ["", " vc2", '"a,b"'], "gpu_type": [""],
-    "num_gpus": ["-1", "", "two", "1e3", "inf", "nan", " 3", "0"],
-    "num_cpus": ["", "x"], "submit_ts": ["", "soon", "9999-01-01T00:00:00", "2026-01-05"],
-    "start_ts": ["", "1969-12-31T00:00:00", "2026-01-04T00:00:00"],
-    "end_ts": ["", "2026-01-05T00:30:00", "2026-01-05 02:00:00+02:00"],
-    "status": ["", '"a, b"'],
+    "cluster": ["", "NA"], "scope": ["", " vc2", '"a,b"', "NA", "N/A", "null", "None", "-"],
+    "gpu_type": ["", "N/A", "NULL", '"NA"', "n/a"],
+    "num_gpus": ["-1", "", "two", "1e3", "inf", "nan", " 3", "0", "NA"],
+    "num_cpus": ["", "x", "NA", "N/A", "NaN"],
+    "submit_ts": ["", "soon", "9999-01-01T00:00:00", "2026-01-05", "NA",
+                  "2026-01-05T00:00:00+00:00:00"],
+    "start_ts": ["", "1969-12-31T00:00:00", "2026-01-04T00:00:00", "null"],
+    "end_ts": ["", "2026-01-05T00:30:00", "2026-01-05 02:00:00+02:00", "N/A"],
+    "status": ["", '"a, b"', "NA"],
 }
 
 
@@ -215,7 +219,7 @@ def _row(draw: st.DrawFn) -> list[str]:
     if draw(st.integers(0, 3)) == 0:  # one row in four has an odd field
         field = draw(st.sampled_from(sorted(_ODD)))
         row[field] = draw(st.sampled_from(_ODD[field]))
-    return [draw(st.sampled_from(["fresh"] * 6 + ["j0", ""])), *row.values()]
+    return [draw(st.sampled_from(["fresh"] * 6 + ["j0", "", "NA"])), *row.values()]
 
 
 @pytest.mark.slow
@@ -245,6 +249,56 @@ def test_duckdb_reader_and_checked_reader_agree_on_any_rows(
                     "list"), store.fetch_all(
                     "SELECT line, column_name, reason FROM rejects ORDER BY line")))
         assert results[0] == results[1], (on_error, lines)
+
+
+def test_both_readers_share_one_list_of_missing_values() -> None:
+    assert store_scan.MISSING_VALUES == MISSING_VALUES
+
+
+@pytest.mark.parametrize("missing", [*MISSING_VALUES, '"NA"', "None", "-"])
+def test_a_missing_value_spelling_gives_the_same_rows_on_both_readers(
+    tmp_path: Path, missing: str
+) -> None:
+    # NA, N/A, null... are missing on both readers (a scope NA is no scope, an end time N/A
+    # still running); None and - are names on both.
+    name = missing if missing in ("None", "-") else None
+    other = "" if name else missing  # number and time fields: a name is not a number
+    path = tmp_path / "jobs.csv"
+    path.write_text(HEADER + f"j1,c,{missing},{missing},2,{other},2026-01-05T00:00:00,"
+                    f"2026-01-05T00:10:00,{other},{missing}\n")
+    fast, slow, reader = _both(tmp_path, path)
+    assert reader == "duckdb"
+    pd.testing.assert_frame_equal(fast, slow)
+    assert fast.loc[0, ["scope", "gpu_type", "status"]].tolist() == [name] * 3
+    assert pd.isna(fast.loc[0, "end_ts"]) and pd.isna(fast.loc[0, "num_cpus"])
+
+
+def test_j9_scope_na_is_unassigned_with_or_without_a_bad_row(tmp_path: Path) -> None:
+    row = "{},c1,{},{},{},1,2024-03-01T10:00:00Z,2024-03-01T10:00:00Z,2024-03-01T11:00:00Z,OK"
+    path = tmp_path / "j9.csv"
+    path.write_text(HEADER + "\n".join([row.format("j0", "a", "A100", 1),
+                                        row.format("j2", "NA", "N/A", 2)]) + "\n")
+    bad = tmp_path / "j10.csv"
+    bad.write_text(path.read_text() + row.format("j3", "a", "A100", "x") + "\n")
+    wanted = {"c1/unassigned/gpus_in_use", "c1/gpu:unknown/gpus_in_use"}
+    for file, options in ((path, None), (path, IngestOptions(tz="UTC")),
+                          (bad, IngestOptions(on_error="skip"))):
+        with Store.open(":memory:") as store:
+            ingest(store, [file], "jobs-csv", options)
+            ids = {r[0] for r in store.fetch_all("SELECT series_id FROM series")}
+            assert wanted <= ids and not any("NA" in i or "N_A" in i for i in ids), ids
+
+
+def test_an_offset_with_seconds_is_refused_by_both_readers(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.csv"
+    path.write_text(HEADER + "j1,c,vc1,A100,1,1,2024-03-01T10:30:00+00:00:00,,,OK\n")
+    messages = []
+    for native in (True, False):
+        with Store.open(":memory:") as store, pytest.raises(IngestError) as info:
+            ingest(store, [path], "jobs-csv", native=native)
+        messages.append(str(info.value))
+    assert messages[0] == messages[1]
+    assert "line 2, column 'submit_ts': submit_ts is not a time" in messages[0]
 
 
 def test_spellings_only_the_duckdb_reader_takes_are_read_right(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from prism.errors import ConfigError, IngestError, PrismError
 from prism.ingest.base import SAMPLE_COLUMNS, Batch, IngestOptions
 from prism.ingest.prometheus import PrometheusAdapter
+from tests.ingest.cli_checks import refused
 
 T0 = 1767600000  # 2026-01-05T08:00:00Z
 
@@ -119,8 +120,9 @@ def test_vector_needs_a_metric_name_when_aggregated(
     text = str(err.value)
     assert str(path) in text and "line 1" in text and "column 'data.result[0].metric'" in text
     assert '{vc="vc6YE"}' in text and "no __name__" in text and "--option metric=NAME" in text
-    skipped = adapter.read(path, IngestOptions(on_error="skip"))
-    assert skipped.frame.empty and [r.line for r in skipped.rejects] == [1, 2]
+    with pytest.raises(IngestError, match=r"all 2 samples or results are rejected.*"
+                       r"--option metric=NAME"):  # skipping every result stores nothing
+        adapter.read(path, IngestOptions(on_error="skip"))
     frame = adapter.read(path, IngestOptions(extra={"metric": "gpus_in_use"})).frame
     pd.testing.assert_frame_equal(frame, _frame([
         ("prometheus", "prometheus/vc6YE/gpus_in_use", "2026-01-05 08:00:00.123", 24.0, 1),
@@ -202,10 +204,45 @@ def test_bad_samples_and_results(adapter: PrometheusAdapter, tmp_path: Path) -> 
     assert "native histogram" in batch.rejects[4].reason
 
 
-def test_empty_result_gives_an_empty_batch(adapter: PrometheusAdapter, tmp_path: Path) -> None:
-    frame = adapter.read(_write(tmp_path, _matrix()), IngestOptions()).frame
-    assert frame.empty and list(frame.columns) == [*SAMPLE_COLUMNS, "_line"]
-    assert str(frame["ts"].dtype) == "datetime64[ns]"
+def test_a_body_without_samples_is_refused_saying_so(
+    adapter: PrometheusAdapter, tmp_path: Path
+) -> None:
+    with pytest.raises(IngestError, match=r"no samples to ingest: the response holds no samples "
+                       r"\(data.result is empty: no series matched\).*label matchers"):
+        adapter.read(_write(tmp_path, _matrix()), IngestOptions())
+    with pytest.raises(IngestError, match=r"holds no samples \(its 1 result\(s\) have no values"):
+        adapter.read(_write(tmp_path, _matrix({"metric": {"vc": "a"}, "values": []})),
+                     IngestOptions(extra={"metric": "gpu_util"}))
+
+
+def test_a_header_only_body_is_not_called_a_header_only_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    message = refused(tmp_path / "s.db", _write(tmp_path, _matrix()), "prometheus", capsys)
+    assert "the response holds no samples" in message and "header only" not in message
+
+
+def test_a_sum_of_utilisations_over_1_after_the_scale_says_to_average(
+    adapter: PrometheusAdapter, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # sum by (namespace) (DCGM_FI_DEV_GPU_UTIL): two GPUs at 80 % sum to 160
+    path = _write(tmp_path, _matrix({"metric": {"namespace": "team-a"}, "values": [
+        [T0, "160"], [T0 + 60, "150"]]}))
+    options = ("--option", "metric=gpu_util", "--option", "scale=0.01")
+    message = refused(tmp_path / "s.db", path, "prometheus", capsys, *options)
+    assert "gpu_util must be a fraction 0-1 but is 1.6" in message
+    assert "(160 times --option scale=0.01)" in message
+    assert "avg by (...) rather than sum by (...)" in message
+    assert "another metric" in message and "pass --option scale" not in message
+    skipped = refused(tmp_path / "s.db", path, "prometheus", capsys, *options,
+                      "--on-error", "skip")
+    assert "no samples to ingest: all 2 samples or results are rejected" in skipped
+    assert "avg by (...)" in skipped
+    # the well-known scale of DCGM_FI_DEV_GPU_UTIL is a scale too
+    named = _write(tmp_path, _matrix({"metric": {"__name__": "DCGM_FI_DEV_GPU_UTIL"},
+                                      "values": [[T0, "130"]]}), "named.json")
+    with pytest.raises(IngestError, match=r"130 times the scale of DCGM_FI_DEV_GPU_UTIL.*avg by"):
+        adapter.read(named, IngestOptions())
 
 
 def test_empty_file_and_gzip(adapter: PrometheusAdapter, fixtures: Path, tmp_path: Path) -> None:
