@@ -65,6 +65,12 @@ class LongCsvAdapter(Adapter):
                     "(or numbers with --option time_unit=s)",
                     reason="time is missing or does not parse", years=JOB_YEARS, times=times,
                     dst=dst, tz=options.tz, numeric=unit is not None, unit_hint=True)
+        for column in extra:  # a stray quote closed lines later swallows the rows between
+            text = frame[column].astype("string")
+            checker.check(text.str.contains("\n", regex=False).fillna(False).to_numpy(
+                dtype=bool), column, "a quoted field of an ignored column runs over several "
+                "lines, so the rows inside it would be lost",
+                "close the quote on its own line (or remove the line break)")
         values, bad = parse_numbers(frame[columns["value"]])
         checker.check(bad | np.isnan(values.to_numpy()), columns["value"],
                       "value is missing or not a number", "write plain numbers")

@@ -159,3 +159,18 @@ def test_a_quoted_line_break_is_not_a_malformed_row(
                     'b"\nc1/all/gpus_in_use,2024-03-01T10:10:00Z,2\n')
     message = refused(tmp_path / "s.db", path, "long-csv", capsys)
     assert "line 4: malformed CSV row: expected 4 fields, found 3" in message
+
+
+def test_a_stray_quote_in_an_ignored_column_loses_no_row(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the quote opened on line 2 closes on line 3: row 3 was read as part of 'note' and,
+    # the column being read past, vanished without a word
+    path = tmp_path / "stray.csv"
+    path.write_text('series_id,ts,value,note\n'
+                    'c1/all/gpus_in_use,2024-03-01T10:00:00Z,1,"oops\n'
+                    'c1/all/gpus_in_use,2024-03-01T10:10:00Z,2,fine"\n'
+                    'c1/all/gpus_in_use,2024-03-01T10:20:00Z,3,ok\n')
+    message = refused(tmp_path / "s.db", path, "long-csv", capsys)
+    assert "line 2, column 'note': a quoted field of an ignored column runs over several " \
+           "lines" in message
