@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,6 +12,11 @@ import pytest
 
 from prism.store import Store
 from tests.factories import make_panel
+
+# A test that saves a model without --models-dir saved it into the checkout's ./models (one
+# was committed by mistake): each test process gets a registry of its own, before any test
+# reads the settings (they are read once per process). Subprocesses inherit it.
+os.environ.setdefault("PRISM_MODELS_DIR", tempfile.mkdtemp(prefix="prism-test-models-"))
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Where the real traces are when ``PRISM_TRACES_DIR`` does not say (``../shared/data/traces``
