@@ -8,8 +8,9 @@
 - **A job is identified by** ``(cluster, job_id)``: :func:`replace_jobs` drops the rows that
   earlier ingests (not of this run) stored for the job ids a new file has, so the newest
   ingest's row of a job counts (a daily export that sees a job finish corrects the RUNNING row
-  of the day before; re-ingesting the same rows in other bytes changes nothing). A job id in two
-  files of one run, or twice in one file, is still refused (:mod:`prism.ingest.pipeline`).
+  of the day before; re-ingesting the same rows in other bytes changes nothing); of the files
+  of one run, the later on the command line wins. A job id twice in one file is refused
+  (:mod:`prism.ingest.pipeline`).
 - **One series, one source**: :func:`check_sources` refuses samples of a series id that the
   jobs of the same cluster derive (``C/all/gpus_in_use`` from a ``long-csv`` and from a
   ``jobs-csv`` of cluster ``C``), in either order; the series would get two rows per bucket.
@@ -25,7 +26,7 @@ Each check names the file (and, for a file of this run, the line) and says how t
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -77,10 +78,10 @@ class Replaced:
 _JOB_FIELDS = tuple(c for c in JOB_COLUMNS if c not in ("cluster", "job_id"))
 
 
-def replace_jobs(store: Store, ingest_id: int, clusters: Sequence[str],
-                 run: Collection[int]) -> Replaced:
-    """Make the jobs of ``ingest_id`` the only rows of their ``(cluster, job_id)`` outside this
-    run: delete the rows earlier ingests stored for them, and count how many of those differed.
+def replace_jobs(store: Store, ingest_id: int, clusters: Sequence[str]) -> Replaced:
+    """Make the jobs of ``ingest_id`` the only rows of their ``(cluster, job_id)``: delete the
+    rows other ingests stored for them (earlier runs', and earlier files' of this run: the
+    later file wins), and count how many of those differed.
 
     The series are derived again over the cluster's whole observation window afterwards
     (:func:`prism.derive.derive_clusters`), which holds the old row's span too, so nothing of
@@ -90,25 +91,20 @@ def replace_jobs(store: Store, ingest_id: int, clusters: Sequence[str],
         store: the store (inside the ingest's transaction).
         ingest_id: the ingest just written.
         clusters: its clusters (the other rows are only looked for there).
-        run: the other ingests of this run: their rows are not replaced (a job id in two files
-            of one run is refused by the caller).
 
     Returns:
         How many job ids of the file changed a stored row, and how many were stored with the
         same row.
     """
-    others = [i for i in run if i != ingest_id]
-    params = [ingest_id, others, list(clusters)]
+    params = [ingest_id, list(clusters)]
     if store.fetch_one(
-            """SELECT 1 FROM jobs WHERE ingest_id <> ?
-               AND NOT list_contains(?::BIGINT[], ingest_id) AND list_contains(?, cluster)
+            """SELECT 1 FROM jobs WHERE ingest_id <> ? AND list_contains(?, cluster)
                LIMIT 1""", params) is None:
         return Replaced(kind="jobs")  # the usual first ingest of a cluster
     same_row = " AND ".join(f"o.{c} IS NOT DISTINCT FROM n.{c}" for c in _JOB_FIELDS)
     row = store.fetch_one(
         f"""WITH n AS (SELECT * FROM jobs WHERE ingest_id = ?),
-           o AS (SELECT * FROM jobs WHERE ingest_id <> ?
-                 AND NOT list_contains(?::BIGINT[], ingest_id) AND list_contains(?, cluster))
+           o AS (SELECT * FROM jobs WHERE ingest_id <> ? AND list_contains(?, cluster))
            SELECT count(DISTINCT (o.cluster, o.job_id)) FILTER (WHERE NOT ({same_row})),
                   count(DISTINCT (o.cluster, o.job_id)) FILTER (WHERE {same_row})
            FROM o JOIN n ON o.cluster = n.cluster AND o.job_id = n.job_id""",
@@ -119,8 +115,8 @@ def replace_jobs(store: Store, ingest_id: int, clusters: Sequence[str],
             """DELETE FROM jobs USING (
                    SELECT DISTINCT cluster, job_id FROM jobs WHERE ingest_id = ?) AS n
                WHERE jobs.cluster = n.cluster AND jobs.job_id = n.job_id
-                 AND jobs.ingest_id <> ? AND NOT list_contains(?::BIGINT[], jobs.ingest_id)""",
-            [ingest_id, ingest_id, others])
+                 AND jobs.ingest_id <> ?""",
+            [ingest_id, ingest_id])
     return Replaced(changed, same, "jobs")
 
 

@@ -5,8 +5,8 @@ series of every affected cluster, so a failed run (bad row, duplicate job id, cr
 leaves the store as it was. A file whose content (bytes + format + options that change the
 result) was ingested before is skipped: re-ingesting is a no-op. A job (``cluster, job_id``) or
 sample (``series_id, ts``) that an earlier ingest stored is replaced by the newer ingest's row
-(:mod:`prism.ingest.conflicts`); a job id in two files of one run, or twice in one file, is
-refused.
+(:mod:`prism.ingest.conflicts`); of the files of one run, the later on the command line wins
+(daily exports ingested in one go, oldest first). A job id twice in one file is refused.
 """
 
 from __future__ import annotations
@@ -193,9 +193,10 @@ def ingest(
     if not files:
         raise ConfigError("no files to ingest: pass one or more paths")
     native = native and not store.in_transaction  # a DuckDB read error aborts the transaction
-    # Job ids repeated within the run are looked for once, after all files (a check per file hashes
-    # the rows of every file before it again); when there is one, the run is rolled back and
-    # written again with a check per file, which names the rows.
+    # A job id twice in one file is looked for once, after all files (each file replaces the
+    # rows earlier files hold of its jobs, so a repeat left at the end is within one file);
+    # when there is one, the run is rolled back and written again with a check per file, which
+    # names the rows.
     defer = len(files) > 1
     while True:
         try:
@@ -257,10 +258,10 @@ def _ingest(
             reader = ""
             if isinstance(source, FileScan):  # a row failing a check: the checked reader
                 fast, reader = _write_native(store, path, fmt, digest, source, options,
-                                             progress, not defer, run), "duckdb"
+                                             progress, not defer), "duckdb"
             elif not isinstance(source, Batch):
                 fast, reader = _write_stream(store, path, fmt, digest, source, options,
-                                             progress, not defer, run), "arrow"
+                                             progress, not defer), "arrow"
             if fast is not None:
                 ingest_id, rows, clusters, replaced = fast
                 run[ingest_id] = (path, reread)
@@ -277,7 +278,7 @@ def _ingest(
                     "no rows to ingest: the file has a header only, or only rows the format "
                     "leaves out" + (f" ({batch.note})" if batch.note else ""), path=str(path),
                     fix="pass a file with rows, or leave this one out of the ingest")
-            ingest_id, rows, replaced = _write(store, path, fmt, digest, batch, options, run)
+            ingest_id, rows, replaced = _write(store, path, fmt, digest, batch, options)
             run[ingest_id] = (path, reread)
             touched.update(batch.clusters or ([options.cluster] if options.cluster else []))
             note = "; ".join(n for n in (batch.note, replaced.note()) if n)
@@ -401,14 +402,13 @@ def _clusters_named(store: Store, options: IngestOptions, touched: set[str]) -> 
 def _write_native(
     store: Store, path: Path, fmt: str, digest: str, scan: FileScan, options: IngestOptions,
     progress: Progress | None = None, check_repeats: bool = True,
-    run: Mapping[int, object] | None = None,
 ) -> tuple[int, int, list[str], Replaced] | None:
     """Insert a file with DuckDB's own reader, then check its rows in SQL.
 
     Returns ``(ingest_id, rows, clusters, replaced)``, or ``None`` when a row fails a check or
-    (with ``check_repeats``) a job id repeats in this run (``run``: its earlier ingests): its
-    rows are deleted and the caller reads the file with a reader that names the row. Rows of
-    earlier runs with this file's job ids are replaced.
+    (with ``check_repeats``) a job id is twice in the file: its rows are deleted and the
+    caller reads the file with a reader that names the row. Rows other ingests (of earlier
+    runs, or earlier files of this one) hold of this file's job ids are replaced.
 
     Raises:
         FileScanError: when DuckDB cannot parse the file (the transaction is aborted).
@@ -428,7 +428,7 @@ def _write_native(
     bad, found, first, last = store.fetch_one(_NATIVE_CHECK_SQL, [
         EARLIEST_TS.to_pydatetime(), LATEST_TS.to_pydatetime(), ingest_id]) or (0, [], None, None)
     clusters = sorted(found)
-    if rows == 0 or bad or (check_repeats and _duplicates(store, ingest_id, clusters, run)
+    if rows == 0 or bad or (check_repeats and _duplicates(store, ingest_id, clusters)
                             is not None):
         logger.info("%s: %s; reading it with the checked reader", path,
                     "no rows" if rows == 0 else "a row fails a check")
@@ -436,7 +436,7 @@ def _write_native(
         return None
     if progress:
         progress("rows", rows, rows)
-    replaced = replace_jobs(store, ingest_id, clusters, list(run or ()))
+    replaced = replace_jobs(store, ingest_id, clusters)
     _record_ingest(store, ingest_id, digest, fmt, path, ",".join(clusters), "jobs", rows, 0,
                    first, last, options)
     logger.info("%s: %d rows (DuckDB reader) as ingest %d", path, rows, ingest_id)
@@ -460,16 +460,13 @@ _NATIVE_CHECK_SQL = """
     FROM jobs, bounds WHERE ingest_id = ?"""
 
 
-def _duplicates(store: Store, ingest_id: int, clusters: list[str],
-                run: Mapping[int, object] | None) -> pd.DataFrame | None:
-    """The (cluster, job_id) keys of this ingest that are more than once in the rows of this
-    run (``run``: its earlier ingests; the rows of earlier runs are replaced, not repeats), with
-    how many copies came from the run's other files (``before``); ``None`` when there are
-    none."""
+def _duplicates(store: Store, ingest_id: int, clusters: list[str]) -> pd.DataFrame | None:
+    """The (cluster, job_id) keys that are more than once in this ingest's rows (another
+    ingest's rows of a job, of this run too, are replaced: :func:`replace_jobs`); ``None``
+    when there are none."""
     if not _hashes_repeat(store, clusters):
         return None
-    ids = [ingest_id, *(run or ())]
-    dupes = store.fetch_df(_DUPLICATES_SQL, [ingest_id, clusters, ids, ingest_id])
+    dupes = store.fetch_df(_DUPLICATES_SQL, [ingest_id, clusters])
     return None if dupes.empty else dupes
 
 
@@ -497,14 +494,13 @@ def _hashes_repeat(store: Store, clusters: list[str]) -> bool:
 def _write_stream(
     store: Store, path: Path, fmt: str, digest: str, chunks: Iterator[pa.Table],
     options: IngestOptions, progress: Progress | None = None, check_repeats: bool = True,
-    run: Mapping[int, object] | None = None,
 ) -> tuple[int, int, list[str], Replaced] | None:
     """Insert a file chunk by chunk from the adapter's stream (bounded memory).
 
     Returns ``(ingest_id, rows, clusters, replaced)``, or ``None`` when the file needs the slow
-    path: a chunk failed to parse or to pass a check, or (with ``check_repeats``) a job id
-    repeats in this run (the slow path names the row); what was inserted of it is deleted
-    first. Rows of earlier runs with this file's job ids are replaced.
+    path: a chunk failed to parse or to pass a check, or (with ``check_repeats``) a job id is
+    twice in the file (the slow path names the row); what was inserted of it is deleted
+    first. Rows other ingests hold of this file's job ids are replaced.
     """
     ingest_id = _next_ingest_id(store)
     rows, size, estimate = 0, path.stat().st_size, 0
@@ -522,7 +518,7 @@ def _write_stream(
         progress("rows", rows, rows)
     clusters = [r[0] for r in store.fetch_all(
         "SELECT DISTINCT cluster FROM jobs WHERE ingest_id = ? ORDER BY cluster", [ingest_id])]
-    if rows == 0 or (check_repeats and _duplicates(store, ingest_id, clusters, run)
+    if rows == 0 or (check_repeats and _duplicates(store, ingest_id, clusters)
                      is not None):
         store.execute("DELETE FROM jobs WHERE ingest_id = ?", [ingest_id])
         return None
@@ -530,24 +526,21 @@ def _write_stream(
         """SELECT min(submit_ts), greatest(max(submit_ts), max(start_ts), max(end_ts))
            FROM jobs WHERE ingest_id = ?""", [ingest_id])
     assert window is not None
-    replaced = replace_jobs(store, ingest_id, clusters, list(run or ()))
+    replaced = replace_jobs(store, ingest_id, clusters)
     _record_ingest(store, ingest_id, digest, fmt, path, ",".join(clusters), "jobs", rows, 0,
                    window[0], window[1], options)
     logger.info("%s: %d rows (streamed) as ingest %d", path, rows, ingest_id)
     return ingest_id, rows, clusters, replaced
 
 
-# Parameters: this ingest, clusters, the ingests of this run (this one too), this ingest.
+# Parameters: this ingest, its clusters.
 _DUPLICATES_SQL = """
-    SELECT cluster, job_id, count(*) FILTER (WHERE ingest_id <> ?) AS before
-    FROM jobs WHERE list_contains(?, cluster) AND list_contains(?::BIGINT[], ingest_id)
-    GROUP BY cluster, job_id
-    HAVING count(*) > 1 AND count(*) FILTER (WHERE ingest_id = ?) > 0"""
+    SELECT cluster, job_id FROM jobs WHERE ingest_id = ? AND list_contains(?, cluster)
+    GROUP BY cluster, job_id HAVING count(*) > 1"""
 
 
 def _write(
     store: Store, path: Path, fmt: str, digest: str, batch: Batch, options: IngestOptions,
-    run: Mapping[int, tuple[Path, Reread]] | None = None,
 ) -> tuple[int, int, Replaced]:
     """Insert a checked batch and record its ingest.
 
@@ -572,8 +565,8 @@ def _write(
         frame) else 0
     replaced = Replaced()
     if batch.kind == "jobs" and rows:  # a job is its (cluster, job_id): the newest counts
-        rows = _check_duplicate_jobs(store, path, ingest_id, batch, options, clusters, run)
-        replaced = replace_jobs(store, ingest_id, clusters, list(run or ()))
+        rows = _check_duplicate_jobs(store, path, ingest_id, batch, options, clusters)
+        replaced = replace_jobs(store, ingest_id, clusters)
     if batch.kind == "samples" and rows:  # a sample is its (series_id, ts): the newest counts
         replaced = replace_samples(store, ingest_id, clusters)
     if batch.rejects:
@@ -641,11 +634,11 @@ def _max(frame: pd.DataFrame | pa.Table, *columns: str) -> object:
 
 def _check_duplicate_jobs(
     store: Store, path: Path, ingest_id: int, batch: Batch, options: IngestOptions,
-    clusters: list[str], run: Mapping[int, tuple[Path, Reread]] | None = None,
+    clusters: list[str],
 ) -> int:
-    """Fail on (or, under skip, reject) job ids seen twice in this run: in this file, or in
-    another file of this run (named with its line). Rows an earlier run stored are not
-    repeats: :func:`replace_jobs` replaces them afterwards.
+    """Fail on (or, under skip, reject) a job id twice in this file. Rows another ingest stored
+    (an earlier run's, or an earlier file's of this run) are not repeats:
+    :func:`replace_jobs` replaces them afterwards.
 
     The check runs in SQL after the insert (one aggregation, cheaper than a check in Arrow);
     only when it finds something are the rows located by line, in pandas.
@@ -653,80 +646,27 @@ def _check_duplicate_jobs(
     Returns:
         The number of this batch's rows left in ``jobs``.
     """
-    dupes = _duplicates(store, ingest_id, clusters, run)
+    dupes = _duplicates(store, ingest_id, clusters)
     if dupes is None:
         return len(batch.frame)
     rows = batch.rows()
     keys = rows[["cluster", "job_id", LINE]].merge(dupes, on=["cluster", "job_id"])
-    stored = keys[keys["before"] > 0]
-    twice = keys[(keys["before"] == 0) & keys.duplicated(["cluster", "job_id"], keep="first")]
-    where = _earlier_copies(store, ingest_id, stored, run or {})
-    problems = [
-        (int(r[LINE]), str(r["job_id"]), where[(str(r["cluster"]), str(r["job_id"]))])
-        for _, r in stored.iterrows()
-    ] + [
-        (int(r[LINE]), str(r["job_id"]), ("job id appears more than once in this file",
-                                          "give every job of a cluster a unique id"))
-        for _, r in twice.iterrows()
-    ]
-    problems.sort()
-    line, job_id, (reason, _) = problems[0]
+    twice = keys[keys.duplicated(["cluster", "job_id"], keep="first")]
+    problems = sorted((int(r[LINE]), str(r["job_id"])) for _, r in twice.iterrows())
+    reason = "job id appears more than once in this file"
+    line, job_id = problems[0]
     if options.on_error != "skip":
-        others = "".join(f"; line {ln}: {why} (value {jid!r})"
-                         for ln, jid, (why, _) in problems[1:MAX_PROBLEMS])
-        fixes = "; ".join(dict.fromkeys(fix for _, _, (_, fix) in problems))
+        others = "".join(f"; line {ln}: {reason} (value {jid!r})"
+                         for ln, jid in problems[1:MAX_PROBLEMS])
         raise IngestError(
             f"{reason} (value {job_id!r}); {len(problems)} row(s) in all{others}",
             path=str(path), line=line, column="job_id",
-            fix=f"{fixes}, or pass --on-error skip to store such rows in `rejects`",
+            fix="give every job of a cluster a unique id, or pass --on-error skip to store "
+                "such rows in `rejects`",
         )
-    batch.rejects.extend(Reject(ln, "job_id", why, jid) for ln, jid, (why, _) in problems)
-    bad = {ln for ln, _, _ in problems}
+    batch.rejects.extend(Reject(ln, "job_id", reason, jid) for ln, jid in problems)
+    bad = {ln for ln, _ in problems}
     keep = rows[~rows[LINE].isin(bad)]
     store.execute("DELETE FROM jobs WHERE ingest_id = ?", [ingest_id])
     return store.insert_frame("jobs", keep, JOB_COLUMNS, {"ingest_id": ingest_id}) if len(
         keep) else 0
-
-
-#: How to fix a job id that two files of one run hold.
-_RUN_FIX = ("ingest each job once: drop the repeated rows from one file; or, if the later file "
-            "is a newer export of the same jobs, ingest the files one after the other (one "
-            "`prism ingest` each, oldest first): a later ingest's row of a job replaces the "
-            "one stored before")
-
-
-def _earlier_copies(
-    store: Store, ingest_id: int, stored: pd.DataFrame, run: Mapping[int, tuple[Path, Reread]],
-) -> dict[tuple[str, str], tuple[str, str]]:
-    """(cluster, job_id) -> (reason, fix) for the rows of ``stored`` (job ids another file of
-    this run holds): that file and its line."""
-    if stored.empty:
-        return {}
-    found = store.fetch_all(
-        """SELECT j.cluster, j.job_id, min(j.ingest_id) FROM jobs j
-           WHERE j.ingest_id <> ? AND list_contains(?::BIGINT[], j.ingest_id)
-             AND list_contains(?, j.cluster) AND list_contains(?, j.job_id)
-           GROUP BY ALL""",
-        [ingest_id, list(run), sorted(set(stored["cluster"].astype(str))),
-         sorted(set(stored["job_id"].astype(str)))])
-    lines: dict[int, dict[tuple[str, str], int]] = {}
-    out: dict[tuple[str, str], tuple[str, str]] = {}
-    for cluster, job_id, other in found:
-        if other not in lines:  # read that file again, once, to name the line
-            lines[other] = _job_lines(*run[other])
-        at = lines[other].get((str(cluster), str(job_id)))
-        out[(cluster, job_id)] = (
-            f"job id is already in {run[other][0]}" + (f", line {at}," if at else "")
-            + " in this run", _RUN_FIX)
-    return out
-
-
-def _job_lines(path: Path, reread: Reread) -> dict[tuple[str, str], int]:
-    """(cluster, job_id) -> line in ``path`` (empty when it cannot be read again)."""
-    try:
-        rows = reread(path).rows()
-    except Exception:  # noqa: BLE001 - the line is a courtesy; the error stands without it
-        logger.debug("cannot read %s again to find job lines", path, exc_info=True)
-        return {}
-    keys = zip(rows["cluster"].astype(str), rows["job_id"].astype(str), strict=True)
-    return dict(zip(keys, rows[LINE].astype(int), strict=True))

@@ -50,7 +50,8 @@ records by ``JobID`` and ``Submit``). Every attempt held its GPUs, so every one 
 Each attempt counts in ``jobs_submitted`` at its own ``Submit`` (a requeue puts the job back in
 the queue). Two lines with the same ``JobID`` and the same ``Submit`` are the same record twice
 (e.g. two exports concatenated) and are refused as a repeated job id; ingest the exports as
-files of their own, one after the other: a later ingest's row of a job replaces the earlier one.
+files of their own (in one run or several, oldest first): a later file's row of a job replaces
+the earlier one.
 
 Observation window: ``sacct --starttime`` (``-S``) exports every job that was pending or
 running at or after ``-S``, so a job that ended before ``-S`` is left out, while jobs running

@@ -13,7 +13,6 @@ from prism.ingest.pipeline import ingest
 from prism.store import Store
 from tests.ingest.cli_checks import ingest as _ingest
 from tests.ingest.cli_checks import refused as _refused
-from tests.ingest.cli_checks import snapshot as _snapshot
 
 HEADER = "JobID|Account|Partition|AllocTRES|Submit|Start|End|State"
 DAY1 = (
@@ -107,20 +106,19 @@ def test_a_changed_jobs_csv_replaces_its_jobs_on_every_reader(tmp_path: Path) ->
         assert in_use["00:50"] == 2 and in_use["01:00"] == 6, native
 
 
-def test_a_job_id_in_two_files_of_one_run_is_still_refused(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("native", [True, False])
+def test_daily_exports_in_one_run_the_later_file_wins(tmp_path: Path, native: bool) -> None:
+    # prism ingest d1.txt d2.txt: as one after the other (samples of one run do the same)
     db = tmp_path / "s.duckdb"
-    assert _ingest(db, _file(tmp_path, "old.txt", DAY1[0]), "slurm-sacct") == 0
     day1, day2 = _file(tmp_path, "d1.txt", *DAY1), _file(tmp_path, "d2.txt", *DAY2)
-    before = _snapshot(db)
-    capsys.readouterr()
-    assert main(["--db", str(db), "ingest", str(day1), str(day2), "--format", "slurm-sacct",
-                 "-q"]) == 1
-    err = " ".join(capsys.readouterr().err.split())
-    assert (f"{day2}, line 2, column 'job_id': job id is already in {day1}, line 3, in this "
-            "run (value '701')") in err
-    assert "one after the other" in err
-    assert _snapshot(db) == before
+    with Store.open(db) as store:
+        report = ingest(store, [day1, day2], "slurm-sacct", native=native)
+    assert [(f.rows, f.replaced) for f in report.files] == [(2, 0), (2, 1)]
+    in_use = _series(db, "slurm/all/gpus_in_use")
+    assert in_use["11:50"] == 2 and in_use["12:20"] == 3 and in_use["12:30"] == 1
+    with Store.open(db) as store:
+        assert store.fetch_all("SELECT job_id, status FROM jobs ORDER BY job_id") == [
+            ("700", "COMPLETED"), ("701", "COMPLETED"), ("702", "COMPLETED")]
 
 
 def test_a_failed_run_leaves_the_replaced_rows_in_place(

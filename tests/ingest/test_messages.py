@@ -158,16 +158,16 @@ def test_one_problem_reads_as_before(tmp_path: Path, capsys: pytest.CaptureFixtu
 
 
 # -- repeated job ids ----------------------------------------------------------------------------
-def test_a_repeat_from_another_file_of_the_run_names_that_file_and_line(
+def test_a_job_in_two_files_of_one_run_counts_as_the_later_file_has_it(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     db = tmp_path / "s.duckdb"
     first = _file(tmp_path, "a.csv", _job("j1"), _job("j2"))
     second = _file(tmp_path, "b.csv", _job("j3"), _job("j2", gpus="4"))
-    err = _refused(db, [first, second], capsys)
-    assert (f"{second}, line 3, column 'job_id': job id is already in {first}, line 3, in "
-            "this run (value 'j2')") in err
-    assert "earlier ingest" not in err
-    assert _jobs(db) == 0
+    assert main(["--db", str(db), "ingest", str(first), str(second), "--format", "jobs-csv",
+                 "-q"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "1 job(s) replaced the row an earlier ingest stored" in out
+    assert _jobs(db) == 3
 
 
 def test_a_repeat_from_an_earlier_ingest_replaces_it_and_says_so(

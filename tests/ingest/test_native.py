@@ -321,23 +321,32 @@ def test_spellings_only_the_duckdb_reader_takes_are_read_right(tmp_path: Path) -
         ingest(store, [path], "jobs-csv", native=False)
 
 
-def test_repeats_across_the_files_of_one_run_are_named(
+def test_a_repeat_within_a_file_of_a_run_is_named_and_across_files_the_later_wins(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # Repeated ids are looked for once, after all files; on a repeat the run is written
-    # again with a check per file, which names the file and line.
+    # Repeats are looked for once, after all files (each file has replaced the rows earlier
+    # files held of its jobs); on a repeat left, within one file, the run is written again
+    # with a check per file, which names the file and line.
     first, second = tmp_path / "first.csv", tmp_path / "second.csv"
     first.write_text(HEADER + "\n".join(ROWS) + "\n")
     second.write_text(HEADER + "\n".join([ROWS[0].replace("j1,", "k1,"), ROWS[2]]) + "\n")
     with Store.open(tmp_path / "s.duckdb") as store:
+        report = ingest(store, [first, second], "jobs-csv")
+        assert [(f.rows, f.replaced + f.same) for f in report.files] == [(4, 0), (2, 1)]
+        assert store.fetch_one("SELECT count(*) FROM jobs") == (5,)
+    twice = tmp_path / "twice.csv"
+    twice.write_text(HEADER + "\n".join([ROWS[0].replace("j1,", "m1,"),
+                                          ROWS[0].replace("j1,", "m1,")]) + "\n")
+    with Store.open(tmp_path / "u.duckdb") as store:
         with caplog.at_level("INFO", logger="prism.ingest.pipeline"), pytest.raises(
-                IngestError, match=r"second.csv, line 3, column 'job_id': job id is already"):
-            ingest(store, [first, second], "jobs-csv")
+                IngestError, match=r"twice.csv, line 3, column 'job_id': job id appears more "
+                                   r"than once in this file"):
+            ingest(store, [first, twice], "jobs-csv")
         assert "writing the files again with a check per file" in caplog.text
         assert store.fetch_one("SELECT count(*) FROM jobs") == (0,)
-        report = ingest(store, [first, second], "jobs-csv", IngestOptions(on_error="skip"))
+        report = ingest(store, [first, twice], "jobs-csv", IngestOptions(on_error="skip"))
         assert [(f.rows, f.rejected) for f in report.files] == [(4, 0), (1, 1)]
-        assert store.fetch_all("SELECT path, line FROM rejects") == [(str(second), 3)]
+        assert store.fetch_all("SELECT path, line FROM rejects") == [(str(twice), 3)]
     caplog.clear()
     with Store.open(tmp_path / "t.duckdb") as store, caplog.at_level("INFO"):
         clean = ingest(store, [first, tmp_path / "first.csv"], "jobs-csv")  # same file twice
