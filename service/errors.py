@@ -42,7 +42,7 @@ from prism.errors import (
     SeriesNotFound,
 )
 from service.deps import route_fields
-from service.schemas import IngestQuery
+from service.schemas import IngestQuery, _is_number
 
 logger = logging.getLogger(__name__)
 
@@ -170,14 +170,6 @@ def _parameter(name: str, schema: dict[str, Any], negated: bool, value: str | No
         text = value.strip("'\"")
         return f'"{name}": {text if _is_number(text) else json.dumps(text)}', True
     return f"{name}={value}", True
-
-
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
 
 
 async def handle_validation_error(request: Request, exc: Exception) -> JSONResponse:

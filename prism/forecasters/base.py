@@ -64,6 +64,7 @@ import pandas as pd
 from prism.errors import ConfigError, DataContractError, NotFittedError
 from prism.forecasters.conformal import (
     MAX_HOLDOUT_SHARE,
+    MIN_CHANGES,
     MIN_HOLDOUT_STEPS,
     Calibration,
     bands,
@@ -141,7 +142,8 @@ def band_source(model: BaseForecaster, series_id: str) -> str:
     calibration = model.calibration_.get(series_id)
     if model.native_levels or (calibration is not None and len(calibration.centers)):
         return "calibrated"
-    return "none" if history_calibration(model.history_[series_id], 1) is None else "changes"
+    # change_offsets' first block needs MIN_CHANGES one-step changes
+    return "none" if len(model.history_[series_id]) - 1 < MIN_CHANGES else "changes"
 
 
 def horizon_steps(horizon: int | str, freq_s: int, *, name: str = "horizon",
